@@ -1,0 +1,36 @@
+# firesafe: `make demo` and `make test` set everything up on a fresh machine.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-fast lint bench soak clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -x -m "not slow"
+
+bench: $(STAMP)
+	$(BIN)/python bench/throughput.py
+
+soak: $(STAMP)
+	FIRESAFE_SOAK=1 $(BIN)/python -m pytest -q -m slow
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache firesafe.egg-info

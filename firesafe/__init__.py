@@ -1,0 +1,49 @@
+"""firesafe: the recovery layer for background jobs and automations.
+
+Idempotent jobs keyed by ID, bounded retries, dead letters with the trace of every attempt, and
+safe replays, on SQLite or PostgreSQL.
+"""
+
+from firesafe.app import App, JobDef, Retention
+from firesafe.clock import FakeClock
+from firesafe.context import Context
+from firesafe.errors import (
+    Cancelled,
+    ConfigError,
+    FiresafeError,
+    IdempotencyConflict,
+    InvalidInput,
+    JobNotFound,
+    Permanent,
+    RetryAfter,
+    StoreError,
+)
+from firesafe.models import Attempt, Event, Job
+from firesafe.retries.backoff import Backoff
+from firesafe.states import Outcome, State
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "App",
+    "Attempt",
+    "Backoff",
+    "Cancelled",
+    "ConfigError",
+    "Context",
+    "Event",
+    "FakeClock",
+    "FiresafeError",
+    "IdempotencyConflict",
+    "InvalidInput",
+    "Job",
+    "JobDef",
+    "JobNotFound",
+    "Outcome",
+    "Permanent",
+    "Retention",
+    "RetryAfter",
+    "State",
+    "StoreError",
+    "__version__",
+]

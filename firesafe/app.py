@@ -1,0 +1,313 @@
+"""The application object: where jobs are declared, enqueued, run and reviewed."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from firesafe.clock import Clock, to_timestamp
+from firesafe.deadletters import DeadLetters
+from firesafe.errors import ConfigError, InvalidInput, JobNotFound
+from firesafe.idempotency.keys import canonical_json, check_key, check_name, fingerprint, new_key
+from firesafe.models import Job
+from firesafe.retries.backoff import Backoff
+from firesafe.retries.decide import DEFAULT_MAX_DEFERRALS
+from firesafe.states import State
+from firesafe.store import Store, open_store, resolve_url
+from firesafe.store.base import FinishParams, InsertParams, JobFilter, RescueParams
+
+log = logging.getLogger("firesafe")
+
+#: Reserved keyword names of ``enqueue``; a job function cannot take arguments with these names.
+RESERVED = frozenset({"key", "delay", "run_at", "queue", "conn"})
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long finished jobs are kept (their keys stay reserved until then). Seconds."""
+
+    succeeded: float = 7 * 86400
+    cancelled: float = 7 * 86400
+    dead: float = 30 * 86400
+
+
+class JobDef:
+    """A declared job: call ``enqueue`` to run it in a worker."""
+
+    def __init__(self, app: App, fn: Callable[..., Any], *, name: str, queue: str, max_attempts: int,
+                 backoff: Backoff, timeout: float | None, give_up_on: tuple[type[BaseException], ...],
+                 max_deferrals: int) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = check_name(name, "job name")
+        self.queue = check_name(queue, "queue name")
+        if not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ConfigError(f"job {name!r}: max_attempts must be a whole number >= 1")
+        if timeout is not None and timeout <= 0:
+            raise ConfigError(f"job {name!r}: timeout must be > 0 seconds (or None)")
+        if not isinstance(backoff, Backoff):
+            raise ConfigError(f"job {name!r}: backoff must be a firesafe.Backoff")
+        for exc in give_up_on:
+            if not (isinstance(exc, type) and issubclass(exc, BaseException)):
+                raise ConfigError(f"job {name!r}: give_up_on takes exception classes, not {exc!r}")
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.timeout = timeout
+        self.give_up_on = tuple(give_up_on)
+        self.max_deferrals = max_deferrals
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.signature = inspect.signature(fn)
+        params = list(self.signature.parameters.values())
+        if not params:
+            raise ConfigError(f"job {name!r}: the function must take ctx as its first argument")
+        clash = RESERVED & {p.name for p in params[1:]}
+        if clash:
+            raise ConfigError(f"job {name!r}: argument name(s) {sorted(clash)} are reserved by enqueue()")
+        self.arg_names = [p.name for p in params[1:]
+                          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function directly (with your own ``ctx``), for instance in a unit test."""
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<job {self.name} queue={self.queue}>"
+
+    def _params(self, args: Sequence[Any], kwargs: Mapping[str, Any], key: str | None, delay: float | None,
+                run_at: datetime | None, queue: str | None) -> InsertParams:
+        args, kwargs = list(args), dict(kwargs)
+        try:
+            self.signature.bind(None, *args, **kwargs)
+        except TypeError as exc:
+            raise InvalidInput(f"job {self.name!r} cannot take these arguments: {exc}") from None
+        payload = canonical_json({"args": args, "kwargs": kwargs}, limit=self.app.max_payload)
+        key = check_key(key) if key is not None else new_key(self.name)
+        if delay is not None and run_at is not None:
+            raise InvalidInput("give delay or run_at, not both")
+        if delay is not None and (not isinstance(delay, (int, float)) or delay < 0):
+            raise InvalidInput(f"delay must be a number of seconds >= 0, not {delay!r}")
+        when = None
+        if run_at is not None:
+            if not isinstance(run_at, datetime):
+                raise InvalidInput("run_at must be a timezone-aware datetime")
+            try:
+                when = to_timestamp(run_at)
+            except ValueError as exc:
+                raise InvalidInput(str(exc)) from None
+        return InsertParams(
+            key=key, name=self.name, queue=check_name(queue, "queue name") if queue else self.queue,
+            fingerprint=fingerprint(self.name, payload), payload=payload,
+            arg_names=json.dumps(self.arg_names), max_attempts=self.max_attempts, run_at=when,
+            delay=float(delay or 0.0),
+        )
+
+    def enqueue(self, *args: Any, key: str | None = None, delay: float | None = None,
+                run_at: datetime | None = None, queue: str | None = None, conn: Any = None,
+                **kwargs: Any) -> Job:
+        """Enqueue one run under ``key``; runs at most once per key.
+
+        An existing key with the same arguments returns the stored job (``created`` is False) and
+        nothing new runs; with other arguments it raises :class:`IdempotencyConflict`. With
+        ``conn`` (PostgreSQL) the job is written inside that connection's open transaction.
+        """
+        params = self._params(args, kwargs, key, delay, run_at, queue)
+        job = self.app.store.job_insert_many([params], conn=conn)[0]
+        if job.created and conn is None:
+            self.app._wake_workers()
+        return job
+
+    def enqueue_many(self, items: Iterable[Mapping[str, Any]], conn: Any = None) -> list[Job]:
+        """Enqueue many runs in one transaction, idempotent per key; all or nothing.
+
+        Each item is a mapping with optional ``args``, ``kwargs``, ``key``, ``delay``/``run_at``
+        and ``queue``.
+        """
+        params = []
+        for n, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise InvalidInput(f"item {n} of enqueue_many must be a mapping, not {type(item).__name__}")
+            unknown = set(item) - {"args", "kwargs", "key", "delay", "run_at", "queue"}
+            if unknown:
+                raise InvalidInput(f"item {n} of enqueue_many has unknown field(s): {sorted(unknown)}")
+            args = item.get("args", [])
+            if not isinstance(args, (list, tuple)):
+                raise InvalidInput(f"item {n}: args must be a list")
+            kwargs = item.get("kwargs", {})
+            if not isinstance(kwargs, Mapping):
+                raise InvalidInput(f"item {n}: kwargs must be a mapping")
+            params.append(self._params(args, kwargs, item.get("key"), item.get("delay"), item.get("run_at"),
+                                       item.get("queue")))
+        if not params:
+            return []
+        jobs = self.app.store.job_insert_many(params, conn=conn)
+        if conn is None and any(j.created for j in jobs):
+            self.app._wake_workers()
+        return jobs
+
+
+class App:
+    """A firesafe application: a store plus the jobs your code declares.
+
+    ``App()`` uses ``$FIRESAFE_STORE``, else ``sqlite:///firesafe.db``.
+    """
+
+    def __init__(self, store: str | Store | None = None, *, clock: Clock | None = None, lease: float = 30.0,
+                 auto_migrate: bool = True, retention: Retention | None = None, prune_interval: float = 60.0,
+                 max_payload: int | None = None, store_options: Mapping[str, Any] | None = None) -> None:
+        if lease <= 0:
+            raise ConfigError("lease must be > 0 seconds")
+        if isinstance(store, Store):
+            self._store: Store | None = store
+            self.store_url = store.url
+        else:
+            self._store = None
+            self.store_url = resolve_url(store)
+        self._clock = clock
+        self._store_options = dict(store_options or {})
+        self.lease = lease
+        self.auto_migrate = auto_migrate
+        self.retention = retention or Retention()
+        self.prune_interval = prune_interval
+        from firesafe.idempotency.keys import MAX_PAYLOAD_BYTES
+
+        self.max_payload = max_payload or MAX_PAYLOAD_BYTES
+        self.jobs: dict[str, JobDef] = {}
+        self.dlq = DeadLetters(self)
+        self._store_lock = threading.Lock()
+        self._wake_hooks: list[Callable[[], None]] = []
+        self._finish_hooks: list[Callable[[list[FinishParams], list[bool]], None]] = []
+        self._rescue_hooks: list[Callable[[list[RescueParams], list[bool]], None]] = []
+
+    # -- the store ---------------------------------------------------------------------------
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            with self._store_lock:
+                if self._store is None:
+                    store = open_store(self.store_url, self._clock, **self._store_options)
+                    if self.auto_migrate:
+                        store.migrate()
+                    self._store = store
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+    # -- declaring ---------------------------------------------------------------------------
+    def job(self, fn: Callable[..., Any] | None = None, *, name: str | None = None, queue: str = "default",
+            max_attempts: int = 5, backoff: Backoff | None = None, timeout: float | None = None,
+            give_up_on: Iterable[type[BaseException]] = (), max_deferrals: int = DEFAULT_MAX_DEFERRALS) -> Any:
+        """Declare a job. Use as ``@app.job`` or ``@app.job(max_attempts=..., queue=...)``.
+
+        Defaults: 5 attempts, ``Backoff()`` (1 s doubling, capped at 300 s, full jitter), no timeout.
+        """
+
+        def register(f: Callable[..., Any]) -> JobDef:
+            job_name = name or f.__name__
+            if job_name in self.jobs:
+                raise ConfigError(f"a job named {job_name!r} is already declared")
+            jd = JobDef(self, f, name=job_name, queue=queue, max_attempts=max_attempts,
+                        backoff=backoff or Backoff(), timeout=timeout, give_up_on=tuple(give_up_on),
+                        max_deferrals=max_deferrals)
+            self.jobs[job_name] = jd
+            return jd
+
+        return register(fn) if fn is not None else register
+
+    def queues(self) -> tuple[str, ...]:
+        return tuple(sorted({j.queue for j in self.jobs.values()} or {"default"}))
+
+    # -- enqueue by name (CLI) ---------------------------------------------------------------
+    def enqueue(self, name: str, *args: Any, **options: Any) -> Job:
+        jd = self.jobs.get(name)
+        if jd is None:
+            known = ", ".join(sorted(self.jobs)) or "none"
+            raise InvalidInput(f"no job named {name!r} is declared (declared: {known})")
+        return jd.enqueue(*args, **options)
+
+    # -- reading and controlling -------------------------------------------------------------
+    def get(self, key: str) -> Job:
+        """The job with this key, with its trace (every attempt) and events."""
+        job = self.store.job_get(check_key(key), full=True)
+        if job is None:
+            raise JobNotFound(key)
+        return job
+
+    def jobs_list(self, *, state: str | None = None, job: str | None = None, queue: str | None = None,
+                  limit: int = 100, offset: int = 0) -> list[Job]:
+        if state is not None and state not in {s.value for s in State}:
+            raise InvalidInput(f"unknown state {state!r}: use one of {', '.join(s.value for s in State)}")
+        return self.store.job_list(JobFilter(state=state, name=job, queue=queue, limit=limit, offset=offset))
+
+    def cancel(self, key: str, actor: str | None = None) -> str:
+        """Cancel a waiting job at once, or ask a running one to stop (``ctx.cancelled``).
+
+        Returns ``"cancelled"``, ``"requested"`` or ``"finished"`` (it had already ended).
+        """
+        from firesafe.deadletters.dlq import default_actor
+
+        job = self.store.job_get(check_key(key))
+        if job is None:
+            raise JobNotFound(key)
+        return self.store.job_cancel(job.id, actor or default_actor())
+
+    def prune(self, leader: str | None = None) -> dict[str, int]:
+        """Delete finished jobs older than the retention; their keys become free again."""
+        store = self.store
+        if leader is not None and not store.leader_acquire("pruner", leader, max(self.prune_interval * 2, 30)):
+            return {}
+        removed = {}
+        for state, age in ((State.SUCCEEDED, self.retention.succeeded), (State.CANCELLED, self.retention.cancelled),
+                           (State.DEAD, self.retention.dead)):
+            total = 0
+            while (n := store.job_delete_finished(state, age)) > 0:
+                total += n
+            removed[str(state)] = total
+        return removed
+
+    # -- running -----------------------------------------------------------------------------
+    def worker(self, queues: Sequence[str] | None = None, **options: Any) -> Any:
+        from firesafe.worker import Worker
+
+        return Worker(self, queues, **options)
+
+    def work(self, queues: Sequence[str] | None = None, *, burst: bool = False, concurrency: int = 8,
+             **options: Any) -> Any:
+        """Run a worker in this process; with ``burst`` return once nothing is runnable.
+
+        ``wait_scheduled=True`` (with ``burst``) also waits for jobs scheduled later (retries).
+        """
+        w = self.worker(queues, burst=burst, concurrency=concurrency, **options)
+        if threading.current_thread() is threading.main_thread() and not burst:
+            w.install_signal_handlers()
+        self._wake_hooks.append(w._wake.set)
+        try:
+            return w.run()
+        finally:
+            self._wake_hooks.remove(w._wake.set)
+
+    # -- hooks (no-ops unless a part registers one) --------------------------------------------
+    def _wake_workers(self) -> None:
+        for hook in list(self._wake_hooks):
+            hook()
+
+    def _after_finish(self, finishes: list[FinishParams], applied: list[bool]) -> None:
+        for hook in self._finish_hooks:
+            hook(finishes, applied)
+
+    def _after_rescue(self, items: list[RescueParams], applied: list[bool]) -> None:
+        for hook in self._rescue_hooks:
+            hook(items, applied)
+
+
+def timedelta_seconds(value: timedelta | float) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)

@@ -1,0 +1,21 @@
+"""Part 1, idempotency: keys, fingerprints and the canonical JSON they are computed over."""
+
+from firesafe.idempotency.keys import (
+    MAX_KEY_LENGTH,
+    MAX_PAYLOAD_BYTES,
+    canonical_json,
+    check_key,
+    check_name,
+    fingerprint,
+    new_key,
+)
+
+__all__ = [
+    "MAX_KEY_LENGTH",
+    "MAX_PAYLOAD_BYTES",
+    "canonical_json",
+    "check_key",
+    "check_name",
+    "fingerprint",
+    "new_key",
+]

@@ -1,0 +1,183 @@
+"""The values users read back: a job, its attempts (the trace) and its events."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from firesafe.clock import to_datetime
+from firesafe.masking import mask_arguments
+from firesafe.states import State
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt in a job's trace."""
+
+    seq: int  # 1-based position in the trace, counting every claim
+    attempt: int  # the attempt number within the retry budget
+    worker: str | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    outcome: str | None  # None while the attempt runs
+    error_type: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "attempt": self.attempt,
+            "worker": self.worker,
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "ended_at": self.ended_at.isoformat() if self.ended_at else None,
+            "outcome": self.outcome,
+            "error_type": self.error_type,
+            "message": self.message,
+            "traceback": self.traceback,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened to a job outside an attempt (replayed, discarded, cancelled, ...)."""
+
+    at: datetime
+    kind: str
+    actor: str | None
+    detail: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"at": self.at.isoformat(), "kind": self.kind, "actor": self.actor, "detail": self.detail}
+
+
+@dataclass
+class Job:
+    """A job as stored. ``created`` tells whether the enqueue that returned it created it."""
+
+    id: int
+    key: str
+    name: str
+    queue: str
+    state: State
+    args: list[Any]
+    kwargs: dict[str, Any]
+    arg_names: list[str]
+    attempt: int
+    max_attempts: int
+    runs: int
+    deferrals: int
+    lost: int
+    run_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    result: Any = None
+    error_type: str | None = None
+    error_message: str | None = None
+    reason: str | None = None
+    worker: str | None = None
+    cancel_requested: bool = False
+    fingerprint: str = ""
+    created: bool = False
+    trace: list[Attempt] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+
+    def __repr__(self) -> str:  # arguments may hold secrets: never in a repr
+        return f"<Job {self.key!r} {self.name} state={self.state} attempt={self.attempt}/{self.max_attempts}>"
+
+    @property
+    def last_error(self) -> str | None:
+        if not self.error_type:
+            return None
+        return f"{self.error_type}: {self.error_message or ''}".rstrip(": ")
+
+    def masked_arguments(self) -> dict[str, Any]:
+        return mask_arguments(self.args, self.kwargs, self.arg_names)
+
+    def as_dict(self, *, with_trace: bool = True) -> dict[str, Any]:
+        """A JSON-ready view with secret-looking arguments masked."""
+        d: dict[str, Any] = {
+            "key": self.key,
+            "name": self.name,
+            "queue": self.queue,
+            "state": str(self.state),
+            "arguments": self.masked_arguments(),
+            "attempt": self.attempt,
+            "max_attempts": self.max_attempts,
+            "runs": self.runs,
+            "deferrals": self.deferrals,
+            "lost": self.lost,
+            "run_at": self.run_at.isoformat() if self.run_at else None,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "result": self.result,
+            "error_type": self.error_type,
+            "error_message": self.error_message,
+            "reason": self.reason,
+        }
+        if with_trace:
+            d["trace"] = [a.as_dict() for a in self.trace]
+            d["events"] = [e.as_dict() for e in self.events]
+        return d
+
+    @classmethod
+    def from_row(cls, row: Any) -> Job:
+        """Build from a store row (a mapping with the jobs table's columns)."""
+        payload = json.loads(row["payload"])
+        result = row["result"]
+        return cls(
+            id=row["id"],
+            key=row["key"],
+            name=row["name"],
+            queue=row["queue"],
+            state=State(row["state"]),
+            args=payload.get("args", []),
+            kwargs=payload.get("kwargs", {}),
+            arg_names=json.loads(row["arg_names"]) if row["arg_names"] else [],
+            attempt=row["attempt"],
+            max_attempts=row["max_attempts"],
+            runs=row["runs"],
+            deferrals=row["deferrals"],
+            lost=row["lost"],
+            run_at=to_datetime(row["run_at"]),
+            created_at=to_datetime(row["created_at"]),  # type: ignore[arg-type]
+            updated_at=to_datetime(row["updated_at"]),  # type: ignore[arg-type]
+            finished_at=to_datetime(row["finished_at"]),
+            result=json.loads(result) if result is not None else None,
+            error_type=row["error_type"],
+            error_message=row["error_message"],
+            reason=row["reason"],
+            worker=row["worker"],
+            cancel_requested=bool(row["cancel_requested"]),
+            fingerprint=row["fingerprint"],
+        )
+
+
+def attempt_from_row(row: Any) -> Attempt:
+    return Attempt(
+        seq=row["seq"],
+        attempt=row["attempt"],
+        worker=row["worker"],
+        started_at=to_datetime(row["started_at"]),
+        ended_at=to_datetime(row["ended_at"]),
+        outcome=row["outcome"],
+        error_type=row["error_type"],
+        message=row["message"],
+        traceback=row["traceback"],
+        detail=json.loads(row["detail"]) if row["detail"] else {},
+    )
+
+
+def event_from_row(row: Any) -> Event:
+    return Event(
+        at=to_datetime(row["at"]),  # type: ignore[arg-type]
+        kind=row["kind"],
+        actor=row["actor"],
+        detail=json.loads(row["detail"]) if row["detail"] else {},
+    )

@@ -1,0 +1,47 @@
+"""Stores: where jobs live. One contract (:class:`Store`), one SQLite and one PostgreSQL implementation."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import unquote, urlsplit
+
+from firesafe.clock import Clock
+from firesafe.errors import StoreError
+from firesafe.store.base import Store
+
+DEFAULT_URL = "sqlite:///firesafe.db"
+
+
+def resolve_url(url: str | None) -> str:
+    """The URL given, else ``$FIRESAFE_STORE``, else ``sqlite:///firesafe.db``."""
+    return url or os.environ.get("FIRESAFE_STORE") or DEFAULT_URL
+
+
+def open_store(url: str | None = None, clock: Clock | None = None, **options: object) -> Store:
+    """Open (not migrate) the store a URL names.
+
+    ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``postgresql://user@host/db``
+    (``?schema=NAME`` picks firesafe's schema, default ``firesafe``).
+    """
+    url = resolve_url(url)
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme == "sqlite":
+        parts = urlsplit(url)
+        if parts.netloc:
+            raise StoreError(f"SQLite URL {url!r} has a host; write sqlite:///relative.db or sqlite:////abs.db")
+        path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
+        from firesafe.store.sqlite import SQLiteStore
+
+        return SQLiteStore(path, clock, **options)  # type: ignore[arg-type]
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from firesafe.store.postgres import PostgresStore
+        except ImportError as exc:  # pragma: no cover - psycopg is a dependency
+            raise StoreError(f"the PostgreSQL store needs psycopg: {exc}") from exc
+        return PostgresStore(url, clock, **options)  # type: ignore[arg-type]
+    raise StoreError(
+        f"unknown store URL {url!r}: use sqlite:///path/to/file.db or postgresql://user@host:port/database"
+    )
+
+
+__all__ = ["DEFAULT_URL", "Store", "open_store", "resolve_url"]

@@ -1,0 +1,236 @@
+"""The store contract: every store (SQLite, PostgreSQL) implements these methods and passes one suite.
+
+Methods are named Noun+Verb and take small parameter values. Every method that changes a job names
+the state (and, for attempts, the lease token) it expects; it reports per item whether it applied.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from firesafe.models import Job
+from firesafe.states import Outcome, State
+
+
+@dataclass(frozen=True)
+class InsertParams:
+    key: str
+    name: str
+    queue: str
+    fingerprint: str
+    payload: str  # canonical JSON {"args": [...], "kwargs": {...}}
+    arg_names: str  # JSON list of positional parameter names, for masking
+    max_attempts: int
+    run_at: float | None = None
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class ClaimParams:
+    queues: tuple[str, ...]
+    limit: int
+    worker: str
+    lease: float
+
+
+@dataclass(frozen=True)
+class Claimed:
+    job: Job
+    token: str
+
+
+@dataclass(frozen=True)
+class FinishParams:
+    job_id: int
+    token: str
+    seq: int
+    state: State
+    outcome: Outcome
+    delay: float | None = None
+    given_back: int = 0  # 1 when the attempt is a deferral that does not use the budget
+    result: str | None = None  # JSON
+    error_type: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+    reason: str | None = None
+    detail: str | None = None  # JSON, for the trace entry
+
+
+@dataclass(frozen=True)
+class Expired:
+    id: int
+    name: str
+    token: str
+    attempt: int
+    max_attempts: int
+    deferrals: int
+    lost: int
+    runs: int
+    cancel_requested: bool
+
+
+@dataclass(frozen=True)
+class RescueParams:
+    job_id: int
+    token: str
+    seq: int
+    state: State
+    delay: float | None
+    reason: str | None
+    message: str
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    state: str | None = None
+    name: str | None = None
+    queue: str | None = None
+    error_type: str | None = None
+    since: float | None = None
+    until: float | None = None
+    keys: Sequence[str] | None = None
+    limit: int = 100
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class Pending:
+    runnable: int
+    running: int
+    next_at: float | None
+
+
+class Store(abc.ABC):
+    """One store of jobs. Implementations: :class:`SQLiteStore`, :class:`PostgresStore`."""
+
+    url: str
+    dialect: str
+
+    @abc.abstractmethod
+    def now(self) -> float:
+        """The store's clock, in seconds since the epoch."""
+
+    @abc.abstractmethod
+    def migrate(self) -> list[int]:
+        """Create or upgrade the schema; returns the migration versions applied now."""
+
+    @abc.abstractmethod
+    def schema_version(self) -> int:
+        """The newest migration applied (0 for an empty store)."""
+
+    @abc.abstractmethod
+    def job_insert_many(self, items: Sequence[InsertParams], conn: Any = None) -> list[Job]:
+        """Insert jobs, at most one per key; an existing key returns the stored job (``created`` False).
+
+        All or nothing: a key already stored (or repeated in ``items``) with another fingerprint
+        raises :class:`~firesafe.errors.IdempotencyConflict` and inserts nothing. With ``conn``
+        (PostgreSQL) the rows are written in the caller's open transaction.
+        """
+
+    @abc.abstractmethod
+    def job_get(self, key: str, *, full: bool = False) -> Job | None:
+        """One job by key; ``full`` also loads its trace and events."""
+
+    @abc.abstractmethod
+    def job_claim(self, params: ClaimParams) -> list[Claimed]:
+        """Move up to ``limit`` runnable jobs to ``running`` under a new lease, opening their attempts."""
+
+    @abc.abstractmethod
+    def job_finish_many(self, items: Sequence[FinishParams]) -> list[bool]:
+        """End attempts; an item applies only if its job is still running under its token."""
+
+    @abc.abstractmethod
+    def job_heartbeat_many(self, items: Sequence[tuple[int, str]], lease: float) -> dict[int, bool]:
+        """Extend leases still held; returns ``{job_id: cancel_requested}`` for those held."""
+
+    @abc.abstractmethod
+    def job_list_expired(self, limit: int) -> list[Expired]:
+        """Running jobs whose lease has expired."""
+
+    @abc.abstractmethod
+    def job_rescue_many(self, items: Sequence[RescueParams]) -> list[bool]:
+        """Record expired attempts as ``lost`` and move their jobs on; fenced on token and expiry."""
+
+    @abc.abstractmethod
+    def job_list(self, filt: JobFilter) -> list[Job]:
+        """Jobs matching a filter, newest first."""
+
+    @abc.abstractmethod
+    def job_count(self, filt: JobFilter) -> int:
+        """How many jobs match a filter (limit and offset ignored)."""
+
+    @abc.abstractmethod
+    def job_replay_many(self, ids: Sequence[int], actor: str) -> list[int]:
+        """Requeue dead or cancelled jobs with a fresh budget; returns the ids that moved."""
+
+    @abc.abstractmethod
+    def job_discard_many(self, ids: Sequence[int], actor: str) -> list[int]:
+        """Move dead jobs to ``cancelled`` (reason ``discarded``); returns the ids that moved."""
+
+    @abc.abstractmethod
+    def job_cancel(self, job_id: int, actor: str) -> str:
+        """Cancel a waiting job (``"cancelled"``) or ask a running one to stop (``"requested"``);
+        ``"finished"`` if it had already ended."""
+
+    @abc.abstractmethod
+    def job_delete_finished(self, state: State, older_than: float, limit: int = 1000) -> int:
+        """Delete jobs in a finished state that finished more than ``older_than`` seconds ago."""
+
+    @abc.abstractmethod
+    def job_stats(self) -> list[tuple[str, str, int]]:
+        """``(queue, state, count)`` rows."""
+
+    @abc.abstractmethod
+    def job_pending(self, queues: Sequence[str]) -> Pending:
+        """What remains in the given queues."""
+
+    @abc.abstractmethod
+    def worker_beat(self, worker_id: str, host: str, pid: int, queues: Sequence[str]) -> None:
+        """Record that a worker is alive."""
+
+    @abc.abstractmethod
+    def worker_remove(self, worker_id: str) -> None:
+        """Forget a worker that stopped cleanly."""
+
+    @abc.abstractmethod
+    def worker_list(self) -> list[dict[str, Any]]:
+        """Workers seen, with their last heartbeat."""
+
+    @abc.abstractmethod
+    def leader_acquire(self, name: str, holder: str, ttl: float) -> bool:
+        """Take or renew the named leader lease; True if ``holder`` holds it now."""
+
+    @abc.abstractmethod
+    def leader_release(self, name: str, holder: str) -> None:
+        """Give up the named leader lease if held."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections."""
+
+
+def dedupe_batch(items: Sequence[InsertParams]) -> list[InsertParams]:
+    """Keep the first item of each key; a repeated key with another fingerprint is a conflict."""
+    from firesafe.errors import IdempotencyConflict
+
+    seen: dict[str, InsertParams] = {}
+    for item in items:
+        first = seen.get(item.key)
+        if first is None:
+            seen[item.key] = item
+        elif first.fingerprint != item.fingerprint:
+            raise IdempotencyConflict(item.key, first.name, item.name)
+    return list(seen.values())
+
+
+def check_existing(items: Sequence[InsertParams], stored: dict[str, Job]) -> None:
+    """Raise if a stored job has an item's key but another fingerprint."""
+    from firesafe.errors import IdempotencyConflict
+
+    for item in items:
+        job = stored.get(item.key)
+        if job is not None and not job.created and job.fingerprint != item.fingerprint:
+            raise IdempotencyConflict(item.key, job.name, item.name)

@@ -1,0 +1,193 @@
+-- Named queries of the SQLite store. The PostgreSQL file holds the same names.
+-- SQLite has no arrays: lists arrive as JSON text and are read with json_each().
+-- SQLite has no server clock: :now comes from the store's injected clock.
+
+-- name: migrations_create
+-- The table that records which numbered migrations ran.
+CREATE TABLE IF NOT EXISTS firesafe_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL);
+
+-- name: migrations_applied
+-- Versions already applied.
+SELECT version FROM firesafe_migrations ORDER BY version;
+
+-- name: migration_record
+-- Record that one migration ran.
+INSERT INTO firesafe_migrations (version, applied_at) VALUES (:version, :now);
+
+-- name: job_max_id
+-- The highest id so far; inside the write transaction, rows above it are the ones this insert made.
+SELECT coalesce(max(id), 0) AS max_id FROM firesafe_jobs;
+
+-- name: job_insert
+-- Insert one job unless its key exists (the unique key decides; the caller compares fingerprints).
+INSERT INTO firesafe_jobs (key, name, queue, fingerprint, payload, arg_names, state, max_attempts,
+                           run_at, created_at, updated_at)
+VALUES (:key, :name, :queue, :fingerprint, :payload, :arg_names,
+        CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 'scheduled' ELSE 'queued' END,
+        :max_attempts, coalesce(:run_at, :now + :delay), :now, :now)
+ON CONFLICT (key) DO NOTHING;
+
+-- name: job_by_keys
+-- Jobs whose key is in a JSON list.
+SELECT * FROM firesafe_jobs WHERE key IN (SELECT value FROM json_each(:keys));
+
+-- name: job_by_key
+-- One job by key.
+SELECT * FROM firesafe_jobs WHERE key = :key;
+
+-- name: job_claim
+-- Claim up to :limit runnable jobs of the given queues for one attempt each, under one lease token.
+UPDATE firesafe_jobs
+SET state = 'running', lease_token = :token, lease_expires = :now + :lease, worker = :worker,
+    attempt = attempt + 1, runs = runs + 1, updated_at = :now
+WHERE id IN (
+    SELECT id FROM firesafe_jobs
+    WHERE state IN ('queued', 'scheduled') AND run_at <= :now
+      AND queue IN (SELECT value FROM json_each(:queues))
+    ORDER BY run_at, id
+    LIMIT :limit)
+RETURNING *;
+
+-- name: attempt_open
+-- Open the trace entry of a claimed attempt.
+INSERT INTO firesafe_attempts (job_id, seq, attempt, worker, started_at) VALUES (:job_id, :seq, :attempt, :worker, :now);
+
+-- name: job_finish
+-- End a running attempt: only if the job is still running under this lease token (fencing).
+UPDATE firesafe_jobs
+SET state = :state, lease_token = NULL, lease_expires = NULL,
+    run_at = CASE WHEN :delay IS NULL THEN run_at ELSE :now + :delay END,
+    attempt = attempt - :given_back, deferrals = deferrals + :given_back,
+    result = coalesce(:result, result),
+    error_type = coalesce(:error_type, error_type), error_message = coalesce(:message, error_message),
+    reason = :reason,
+    finished_at = CASE WHEN :state IN ('succeeded', 'dead', 'cancelled') THEN :now ELSE NULL END,
+    updated_at = :now
+WHERE id = :job_id AND state = 'running' AND lease_token = :token;
+
+-- name: attempt_close
+-- Close an attempt's trace entry with its outcome.
+UPDATE firesafe_attempts
+SET ended_at = :now, outcome = :outcome, error_type = :error_type, message = :message,
+    traceback = :traceback, detail = :detail
+WHERE job_id = :job_id AND seq = :seq AND outcome IS NULL;
+
+-- name: job_heartbeat
+-- Extend a running attempt's lease if it still holds it; tells whether a cancel was asked for.
+UPDATE firesafe_jobs SET lease_expires = :now + :lease
+WHERE id = :job_id AND state = 'running' AND lease_token = :token
+RETURNING cancel_requested;
+
+-- name: job_list_expired
+-- Running jobs whose lease has run out (their worker died or hung).
+SELECT id, name, lease_token, attempt, max_attempts, deferrals, lost, runs, cancel_requested
+FROM firesafe_jobs WHERE state = 'running' AND lease_expires < :now
+ORDER BY lease_expires LIMIT :limit;
+
+-- name: job_rescue
+-- Take an expired attempt back: fenced on the token seen and on the lease still being expired.
+UPDATE firesafe_jobs
+SET state = :state, lease_token = NULL, lease_expires = NULL, lost = lost + 1,
+    run_at = CASE WHEN :delay IS NULL THEN run_at ELSE :now + :delay END,
+    error_type = 'WorkerLost', error_message = :message, reason = :reason,
+    finished_at = CASE WHEN :state IN ('dead', 'cancelled') THEN :now ELSE NULL END,
+    updated_at = :now
+WHERE id = :job_id AND state = 'running' AND lease_token = :token AND lease_expires < :now;
+
+-- name: job_replay
+-- Put a dead or cancelled job back in its queue with a fresh attempt budget; its history stays.
+UPDATE firesafe_jobs
+SET state = 'queued', attempt = 0, deferrals = 0, lost = 0, run_at = :now, reason = NULL,
+    finished_at = NULL, cancel_requested = 0, updated_at = :now
+WHERE id = :job_id AND state IN ('dead', 'cancelled');
+
+-- name: job_discard
+-- Take a dead job out of the dead letters on purpose.
+UPDATE firesafe_jobs SET state = 'cancelled', reason = 'discarded', finished_at = :now, updated_at = :now
+WHERE id = :job_id AND state = 'dead';
+
+-- name: job_cancel_waiting
+-- Cancel a job that waits: at once.
+UPDATE firesafe_jobs SET state = 'cancelled', reason = 'cancelled', finished_at = :now, updated_at = :now
+WHERE id = :job_id AND state IN ('queued', 'scheduled');
+
+-- name: job_cancel_running
+-- Ask a running job to stop; its attempt records the cancel when it ends.
+UPDATE firesafe_jobs SET cancel_requested = 1, updated_at = :now WHERE id = :job_id AND state = 'running';
+
+-- name: event_insert
+-- Record an event of a job.
+INSERT INTO firesafe_events (job_id, at, kind, actor, detail) VALUES (:job_id, :now, :kind, :actor, :detail);
+
+-- name: attempts_of_job
+-- The trace of one job, oldest first.
+SELECT * FROM firesafe_attempts WHERE job_id = :job_id ORDER BY seq;
+
+-- name: events_of_job
+-- The events of one job, oldest first.
+SELECT * FROM firesafe_events WHERE job_id = :job_id ORDER BY id;
+
+-- name: job_list
+-- Jobs matching optional filters, newest first.
+SELECT * FROM firesafe_jobs
+WHERE (:state IS NULL OR state = :state) AND (:name IS NULL OR name = :name)
+  AND (:queue IS NULL OR queue = :queue) AND (:error_type IS NULL OR error_type = :error_type)
+  AND (:since IS NULL OR updated_at >= :since) AND (:until IS NULL OR updated_at < :until)
+  AND (:keys IS NULL OR key IN (SELECT value FROM json_each(:keys)))
+ORDER BY id DESC LIMIT :limit OFFSET :offset;
+
+-- name: job_count
+-- How many jobs match the same filters as job_list.
+SELECT count(*) AS n FROM firesafe_jobs
+WHERE (:state IS NULL OR state = :state) AND (:name IS NULL OR name = :name)
+  AND (:queue IS NULL OR queue = :queue) AND (:error_type IS NULL OR error_type = :error_type)
+  AND (:since IS NULL OR updated_at >= :since) AND (:until IS NULL OR updated_at < :until)
+  AND (:keys IS NULL OR key IN (SELECT value FROM json_each(:keys)));
+
+-- name: job_stats
+-- Counts by queue and state.
+SELECT queue, state, count(*) AS n FROM firesafe_jobs GROUP BY queue, state ORDER BY queue, state;
+
+-- name: job_pending
+-- What is left for a burst worker: runnable now, running, and when the next waiting job is due.
+SELECT
+    (SELECT count(*) FROM firesafe_jobs WHERE state IN ('queued', 'scheduled') AND run_at <= :now
+        AND queue IN (SELECT value FROM json_each(:queues))) AS runnable,
+    (SELECT count(*) FROM firesafe_jobs WHERE state = 'running'
+        AND queue IN (SELECT value FROM json_each(:queues))) AS running,
+    (SELECT min(run_at) FROM firesafe_jobs WHERE state IN ('queued', 'scheduled')
+        AND queue IN (SELECT value FROM json_each(:queues))) AS next_at;
+
+-- name: job_delete_finished
+-- Delete up to :limit jobs in one finished state that finished before :before (frees their keys).
+DELETE FROM firesafe_jobs WHERE id IN (
+    SELECT id FROM firesafe_jobs WHERE state = :state AND finished_at < :before LIMIT :limit);
+
+-- name: worker_beat
+-- Record that a worker is alive.
+INSERT INTO firesafe_workers (id, host, pid, queues, started_at, last_seen)
+VALUES (:id, :host, :pid, :queues, :now, :now)
+ON CONFLICT (id) DO UPDATE SET last_seen = :now;
+
+-- name: worker_remove
+-- A worker that stopped cleanly.
+DELETE FROM firesafe_workers WHERE id = :id;
+
+-- name: worker_list
+-- Workers seen, most recent first.
+SELECT * FROM firesafe_workers ORDER BY last_seen DESC;
+
+-- name: worker_prune
+-- Forget workers not seen since :before.
+DELETE FROM firesafe_workers WHERE last_seen < :before;
+
+-- name: leader_acquire
+-- Take or renew a named leader lease; returns a row only to the holder.
+INSERT INTO firesafe_leaders (name, holder, expires_at) VALUES (:name, :holder, :now + :ttl)
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE firesafe_leaders.holder = excluded.holder OR firesafe_leaders.expires_at < :now
+RETURNING holder;
+
+-- name: leader_release
+-- Give a leader lease up.
+DELETE FROM firesafe_leaders WHERE name = :name AND holder = :holder;

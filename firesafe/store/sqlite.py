@@ -1,0 +1,342 @@
+"""The embedded store: one SQLite file, shared safely by every process on one machine.
+
+WAL journal, ``synchronous=FULL`` (a job whose enqueue returned survives a power cut) and a busy
+timeout; every write runs in ``BEGIN IMMEDIATE`` so writers queue instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from firesafe.clock import Clock, SystemClock
+from firesafe.errors import StoreError
+from firesafe.models import Job, attempt_from_row, event_from_row
+from firesafe.states import Outcome, State
+from firesafe.store import queries
+from firesafe.store.base import (
+    Claimed,
+    ClaimParams,
+    Expired,
+    FinishParams,
+    InsertParams,
+    JobFilter,
+    Pending,
+    RescueParams,
+    Store,
+    check_existing,
+    dedupe_batch,
+)
+
+Q = queries.load("sqlite")
+
+
+def _explain(exc: sqlite3.Error, path: str) -> StoreError:
+    text = str(exc)
+    if "not a database" in text or "malformed" in text:
+        msg = f"{path} is not a usable firesafe SQLite store ({text}); is it corrupt or another kind of file?"
+    elif "readonly" in text or "read-only" in text:
+        msg = f"{path} is read-only ({text}); firesafe needs to write to the file and its folder"
+    elif "disk is full" in text or "database or disk is full" in text:
+        msg = f"the disk holding {path} is full ({text}); nothing was written"
+    elif "unable to open" in text:
+        msg = f"cannot open {path} ({text}); does its folder exist and is it writable?"
+    elif "locked" in text or "busy" in text:
+        msg = f"{path} stayed locked by another process ({text})"
+    else:
+        msg = f"SQLite store {path}: {text}"
+    err = StoreError(msg)
+    err.__cause__ = exc
+    return err
+
+
+class SQLiteStore(Store):
+    dialect = "sqlite"
+
+    def __init__(self, path: str, clock: Clock | None = None, *, busy_timeout: float = 30.0,
+                 synchronous: str = "FULL") -> None:
+        if path in ("", ":memory:"):
+            raise StoreError("an in-memory SQLite store cannot be shared by workers; give a file path")
+        self.path = os.path.abspath(path)
+        self.url = f"sqlite:///{path}"
+        self.clock = clock or SystemClock()
+        self.busy_timeout = busy_timeout
+        self.synchronous = synchronous
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    # -- connections -------------------------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        if self._pid != os.getpid():  # forked: never reuse the parent's connections
+            self._local = threading.local()
+            self._all = []
+            self._pid = os.getpid()
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
+                                       check_same_thread=False)
+                conn.row_factory = sqlite3.Row
+                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if mode.lower() != "wal":
+                    raise StoreError(f"{self.path}: cannot switch the journal to WAL (got {mode})")
+                if self.synchronous.upper() not in ("FULL", "NORMAL", "OFF", "EXTRA"):
+                    raise StoreError(f"unknown synchronous mode {self.synchronous!r}")
+                conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+                conn.execute("PRAGMA foreign_keys = ON")
+            except sqlite3.Error as exc:
+                raise _explain(exc, self.path) from exc
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise _explain(exc, self.path) from exc
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            if isinstance(exc, sqlite3.Error):
+                raise _explain(exc, self.path) from exc
+            raise
+
+    def _read(self, name: str, params: dict[str, Any] | None = None) -> list[sqlite3.Row]:
+        try:
+            return self._conn().execute(Q[name], params or {}).fetchall()
+        except sqlite3.Error as exc:
+            raise _explain(exc, self.path) from exc
+
+    def now(self) -> float:
+        return self.clock.now()
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._all:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            self._all.clear()
+        self._local = threading.local()
+
+    # -- schema ------------------------------------------------------------------------------
+    def migrate(self) -> list[int]:
+        applied_now: list[int] = []
+        with self._tx() as conn:
+            conn.execute(Q["migrations_create"])
+            done = {r[0] for r in conn.execute(Q["migrations_applied"])}
+            for version, sql in queries.migrations("sqlite"):
+                if version in done:
+                    continue
+                for statement in _statements(sql):
+                    conn.execute(statement)
+                conn.execute(Q["migration_record"], {"version": version, "now": self.now()})
+                applied_now.append(version)
+        return applied_now
+
+    def schema_version(self) -> int:
+        try:
+            conn = self._conn()
+            exists = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'firesafe_migrations'"
+            ).fetchone()
+            if not exists:
+                return 0
+            rows = conn.execute(Q["migrations_applied"]).fetchall()
+        except sqlite3.Error as exc:
+            raise _explain(exc, self.path) from exc
+        return max((r[0] for r in rows), default=0)
+
+    # -- jobs --------------------------------------------------------------------------------
+    def job_insert_many(self, items: Sequence[InsertParams], conn: Any = None) -> list[Job]:
+        if conn is not None:
+            raise StoreError("enqueue(conn=...) joins a PostgreSQL transaction; the SQLite store has none to join")
+        unique = dedupe_batch(items)
+        now = self.now()
+        keys = json.dumps([i.key for i in unique])
+        with self._tx() as c:
+            before = c.execute(Q["job_max_id"]).fetchone()[0]
+            c.executemany(Q["job_insert"], [
+                {"key": i.key, "name": i.name, "queue": i.queue, "fingerprint": i.fingerprint,
+                 "payload": i.payload, "arg_names": i.arg_names, "max_attempts": i.max_attempts,
+                 "run_at": i.run_at, "delay": i.delay, "now": now}
+                for i in unique
+            ])
+            stored: dict[str, Job] = {}
+            for row in c.execute(Q["job_by_keys"], {"keys": keys}):
+                job = Job.from_row(row)
+                job.created = row["id"] > before
+                stored[job.key] = job
+            check_existing(unique, stored)  # raises: the rollback drops this batch's rows
+        return [stored[i.key] for i in items]
+
+    def job_get(self, key: str, *, full: bool = False) -> Job | None:
+        rows = self._read("job_by_key", {"key": key})
+        if not rows:
+            return None
+        job = Job.from_row(rows[0])
+        if full:
+            job.trace = [attempt_from_row(r) for r in self._read("attempts_of_job", {"job_id": job.id})]
+            job.events = [event_from_row(r) for r in self._read("events_of_job", {"job_id": job.id})]
+        return job
+
+    def job_claim(self, params: ClaimParams) -> list[Claimed]:
+        token = uuid.uuid4().hex
+        now = self.now()
+        with self._tx() as c:
+            rows = c.execute(Q["job_claim"], {
+                "token": token, "now": now, "lease": params.lease, "worker": params.worker,
+                "queues": json.dumps(list(params.queues)), "limit": params.limit,
+            }).fetchall()
+            if rows:
+                c.executemany(Q["attempt_open"], [
+                    {"job_id": r["id"], "seq": r["runs"], "attempt": r["attempt"], "worker": params.worker,
+                     "now": now} for r in rows
+                ])
+        return [Claimed(Job.from_row(r), token) for r in rows]
+
+    def job_finish_many(self, items: Sequence[FinishParams]) -> list[bool]:
+        now = self.now()
+        applied: list[bool] = []
+        with self._tx() as c:
+            for it in items:
+                p = {"job_id": it.job_id, "token": it.token, "state": str(it.state), "delay": it.delay,
+                     "given_back": it.given_back, "result": it.result, "error_type": it.error_type,
+                     "message": it.message, "reason": it.reason, "now": now}
+                ok = c.execute(Q["job_finish"], p).rowcount == 1
+                if ok:
+                    c.execute(Q["attempt_close"], {
+                        "job_id": it.job_id, "seq": it.seq, "outcome": str(it.outcome),
+                        "error_type": it.error_type, "message": it.message, "traceback": it.traceback,
+                        "detail": it.detail, "now": now})
+                applied.append(ok)
+        return applied
+
+    def job_heartbeat_many(self, items: Sequence[tuple[int, str]], lease: float) -> dict[int, bool]:
+        now = self.now()
+        held: dict[int, bool] = {}
+        with self._tx() as c:
+            for job_id, token in items:
+                row = c.execute(Q["job_heartbeat"], {"job_id": job_id, "token": token, "lease": lease,
+                                                     "now": now}).fetchone()
+                if row is not None:
+                    held[job_id] = bool(row[0])
+        return held
+
+    def job_list_expired(self, limit: int) -> list[Expired]:
+        rows = self._read("job_list_expired", {"now": self.now(), "limit": limit})
+        return [Expired(r["id"], r["name"], r["lease_token"], r["attempt"], r["max_attempts"], r["deferrals"],
+                        r["lost"], r["runs"], bool(r["cancel_requested"])) for r in rows]
+
+    def job_rescue_many(self, items: Sequence[RescueParams]) -> list[bool]:
+        now = self.now()
+        applied: list[bool] = []
+        with self._tx() as c:
+            for it in items:
+                ok = c.execute(Q["job_rescue"], {
+                    "job_id": it.job_id, "token": it.token, "state": str(it.state), "delay": it.delay,
+                    "reason": it.reason, "message": it.message, "now": now}).rowcount == 1
+                if ok:
+                    c.execute(Q["attempt_close"], {
+                        "job_id": it.job_id, "seq": it.seq, "outcome": str(Outcome.LOST),
+                        "error_type": "WorkerLost", "message": it.message, "traceback": None,
+                        "detail": None, "now": now})
+                applied.append(ok)
+        return applied
+
+    @staticmethod
+    def _filter_params(f: JobFilter) -> dict[str, Any]:
+        return {"state": f.state, "name": f.name, "queue": f.queue, "error_type": f.error_type,
+                "since": f.since, "until": f.until,
+                "keys": json.dumps(list(f.keys)) if f.keys is not None else None,
+                "limit": f.limit, "offset": f.offset}
+
+    def job_list(self, filt: JobFilter) -> list[Job]:
+        return [Job.from_row(r) for r in self._read("job_list", self._filter_params(filt))]
+
+    def job_count(self, filt: JobFilter) -> int:
+        return int(self._read("job_count", self._filter_params(filt))[0][0])
+
+    def _move_many(self, query: str, kind: str, ids: Sequence[int], actor: str) -> list[int]:
+        now = self.now()
+        moved: list[int] = []
+        with self._tx() as c:
+            for job_id in ids:
+                if c.execute(Q[query], {"job_id": job_id, "now": now}).rowcount == 1:
+                    c.execute(Q["event_insert"], {"job_id": job_id, "now": now, "kind": kind, "actor": actor,
+                                                  "detail": None})
+                    moved.append(job_id)
+        return moved
+
+    def job_replay_many(self, ids: Sequence[int], actor: str) -> list[int]:
+        return self._move_many("job_replay", "replayed", ids, actor)
+
+    def job_discard_many(self, ids: Sequence[int], actor: str) -> list[int]:
+        return self._move_many("job_discard", "discarded", ids, actor)
+
+    def job_cancel(self, job_id: int, actor: str) -> str:
+        if self._move_many("job_cancel_waiting", "cancelled", [job_id], actor):
+            return "cancelled"
+        if self._move_many("job_cancel_running", "cancel_requested", [job_id], actor):
+            return "requested"
+        return "finished"
+
+    def job_delete_finished(self, state: State, older_than: float, limit: int = 1000) -> int:
+        with self._tx() as c:
+            return c.execute(Q["job_delete_finished"], {
+                "state": str(state), "before": self.now() - older_than, "limit": limit}).rowcount
+
+    def job_stats(self) -> list[tuple[str, str, int]]:
+        return [(r["queue"], r["state"], r["n"]) for r in self._read("job_stats")]
+
+    def job_pending(self, queues: Sequence[str]) -> Pending:
+        r = self._read("job_pending", {"now": self.now(), "queues": json.dumps(list(queues))})[0]
+        return Pending(r["runnable"], r["running"], r["next_at"])
+
+    # -- workers and leaders -----------------------------------------------------------------
+    def worker_beat(self, worker_id: str, host: str, pid: int, queues: Sequence[str]) -> None:
+        with self._tx() as c:
+            c.execute(Q["worker_beat"], {"id": worker_id, "host": host, "pid": pid,
+                                         "queues": ",".join(queues), "now": self.now()})
+
+    def worker_remove(self, worker_id: str) -> None:
+        with self._tx() as c:
+            c.execute(Q["worker_remove"], {"id": worker_id})
+
+    def worker_list(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self._read("worker_list")]
+
+    def leader_acquire(self, name: str, holder: str, ttl: float) -> bool:
+        with self._tx() as c:
+            row = c.execute(Q["leader_acquire"], {"name": name, "holder": holder, "ttl": ttl,
+                                                  "now": self.now()}).fetchone()
+        return row is not None
+
+    def leader_release(self, name: str, holder: str) -> None:
+        with self._tx() as c:
+            c.execute(Q["leader_release"], {"name": name, "holder": holder})
+
+
+def _statements(sql: str) -> list[str]:
+    """Split a migration file into statements (none of ours contains a ';' inside a literal)."""
+    body = "\n".join(line for line in sql.splitlines() if not line.strip().startswith("--"))
+    return [s.strip() for s in body.split(";") if s.strip()]

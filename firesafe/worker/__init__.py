@@ -1,0 +1,5 @@
+"""Workers: claim jobs, run attempts, save their outcomes, rescue what dead workers left."""
+
+from firesafe.worker.worker import Worker
+
+__all__ = ["Worker"]

@@ -1,0 +1,132 @@
+"""Run one attempt, then decide (pure) what it leads to; the worker saves the decision.
+
+``execute`` is the only place user code runs. ``conclude`` turns what happened into the store's
+:class:`FinishParams` without any I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import time
+import traceback as tb_mod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from firesafe.errors import Cancelled, InvalidInput
+from firesafe.idempotency.keys import canonical_json
+from firesafe.masking import mask_text
+from firesafe.retries.decide import Budget, decide
+from firesafe.states import Outcome, State
+from firesafe.store.base import Claimed, FinishParams
+from firesafe.worker.pool import run_coroutine
+
+if TYPE_CHECKING:
+    from firesafe.app import JobDef
+    from firesafe.context import Context
+
+#: Bounds of what the trace keeps of an error.
+MAX_MESSAGE = 2000
+MAX_TRACEBACK = 8000
+MAX_RESULT_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    error: BaseException | None
+    value: Any = None
+    timed_out: bool = False
+    duration: float = 0.0
+    traceback: str | None = None
+
+
+class TimedOut(Exception):
+    """The attempt ran past its job's ``timeout``."""
+
+
+async def _bounded(coro: Any, timeout: float | None) -> tuple[Any, bool]:
+    try:
+        async with asyncio.timeout(timeout) as scope:
+            return await coro, False
+    except TimeoutError:
+        if scope.expired():
+            return None, True
+        raise
+
+
+def execute(jobdef: JobDef, ctx: Context, args: list[Any], kwargs: dict[str, Any]) -> AttemptResult:
+    """Run the job function once; never raises (but for BaseExceptions like SystemExit)."""
+    start = time.monotonic()
+    try:
+        if jobdef.is_async:
+            value, timed_out = run_coroutine(_bounded(jobdef.fn(ctx, *args, **kwargs), jobdef.timeout), None)
+            if timed_out:
+                err = TimedOut(f"the attempt ran longer than its timeout of {jobdef.timeout:g}s")
+                return AttemptResult(err, timed_out=True, duration=time.monotonic() - start)
+        else:
+            value = jobdef.fn(ctx, *args, **kwargs)
+            if inspect.isawaitable(value):
+                value, _ = run_coroutine(_bounded(value, jobdef.timeout), None)
+        result_json = canonical_json(value, what="the job's result", limit=MAX_RESULT_BYTES)
+        return AttemptResult(None, json.loads(result_json), duration=time.monotonic() - start)
+    except Exception as exc:
+        if isinstance(exc, InvalidInput) and "result" in str(exc):
+            exc = InvalidInput(f"job {jobdef.name!r} returned a value that cannot be stored: {exc}")
+        return AttemptResult(exc, duration=time.monotonic() - start, traceback=_format_tb(exc))
+
+
+def _format_tb(exc: BaseException) -> str:
+    text = "".join(tb_mod.format_exception(exc))
+    if len(text) > MAX_TRACEBACK:
+        text = "...(cut)...\n" + text[-MAX_TRACEBACK:]
+    return mask_text(text)
+
+
+def error_fields(exc: BaseException | None) -> tuple[str | None, str | None]:
+    if exc is None:
+        return None, None
+    message = mask_text(str(exc))[:MAX_MESSAGE]
+    return type(exc).__name__, message
+
+
+def conclude(claimed: Claimed, jobdef: JobDef, res: AttemptResult, draw: float, *,
+             cancel_requested: bool = False, detail: dict[str, Any] | None = None) -> FinishParams:
+    """What to save for an attempt that ended as ``res`` (pure)."""
+    job = claimed.job
+    budget = Budget(job.attempt, job.max_attempts, job.deferrals, jobdef.max_deferrals)
+    if cancel_requested and res.error is not None and not res.timed_out:
+        decision = decide(Cancelled("cancel requested"), budget, jobdef.backoff, draw)
+    else:
+        decision = decide(res.error, budget, jobdef.backoff, draw, timed_out=res.timed_out,
+                          give_up_on=jobdef.give_up_on)
+    error_type, message = error_fields(res.error)
+    if res.timed_out:
+        error_type = "TimedOut"
+    result = None
+    if decision.state == State.SUCCEEDED:
+        result = json.dumps(res.value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    info = dict(detail or {})
+    info["duration"] = round(res.duration, 6)
+    return FinishParams(
+        job_id=job.id, token=claimed.token, seq=job.runs, state=decision.state, outcome=decision.outcome,
+        delay=decision.delay, given_back=1 if decision.deferred else 0, result=result,
+        error_type=error_type, message=message, traceback=res.traceback, reason=decision.reason,
+        detail=json.dumps(info),
+    )
+
+
+def unknown_job(claimed: Claimed) -> FinishParams:
+    """A job whose name no code in this worker registers: dead, and nothing is imported for it."""
+    job = claimed.job
+    msg = f"no job named {job.name!r} is registered in this worker's app"
+    return FinishParams(job_id=job.id, token=claimed.token, seq=job.runs, state=State.DEAD,
+                        outcome=Outcome.FAILED, error_type="UnknownJob", message=msg, reason="unknown_job")
+
+
+def released(claimed: Claimed, why: str) -> FinishParams:
+    """Give a claimed job back without using an attempt (shutdown before it could finish)."""
+    job = claimed.job
+    return FinishParams(job_id=job.id, token=claimed.token, seq=job.runs, state=State.SCHEDULED,
+                        outcome=Outcome.INTERRUPTED, delay=0.0, given_back=1,
+                        error_type="Interrupted", message=why)

@@ -1,0 +1,358 @@
+"""The worker loop: claim in batches, run attempts on a thread pool, commit outcomes in batches.
+
+One thread (the loop) talks to the store; attempts run on pool threads and hand their outcomes back
+through a queue. The loop also extends leases (heartbeats), enforces timeouts, rescues jobs whose
+worker died, and prunes finished jobs past their retention.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import random
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from firesafe.context import Context, JobInfo
+from firesafe.errors import StoreError
+from firesafe.retries.backoff import Backoff
+from firesafe.retries.decide import DEFAULT_MAX_LOST, Budget, decide_lost
+from firesafe.states import State
+from firesafe.store.base import Claimed, ClaimParams, FinishParams, RescueParams
+from firesafe.worker import executor
+from firesafe.worker.pool import Pool
+
+if TYPE_CHECKING:
+    from firesafe.app import App
+
+log = logging.getLogger("firesafe.worker")
+
+
+@dataclass
+class _Running:
+    claimed: Claimed
+    ctx: Context
+    started: float
+    deadline: float | None
+    done: bool = False  # concluded by the loop (timeout or release): a late result is dropped
+
+
+@dataclass
+class WorkerStats:
+    succeeded: int = 0
+    failed: int = 0
+    dead: int = 0
+    deferred: int = 0
+    fenced: int = 0  # late writes that changed nothing
+    rescued: int = 0
+    claimed: int = 0
+    by_outcome: dict[str, int] = field(default_factory=dict)
+
+
+class Worker:
+    """Runs the jobs of one app from some queues.
+
+    Guarantees: every attempt it starts is either recorded (outcome saved under its lease token) or,
+    if the process dies, rescued as ``lost`` by any worker once the lease expires.
+    """
+
+    def __init__(self, app: App, queues: Sequence[str] | None = None, *, concurrency: int = 8,
+                 burst: bool = False, wait_scheduled: bool = False, lease: float | None = None,
+                 poll_interval: float = 0.5, grace: float = 30.0, batch: int | None = None,
+                 max_lost: int = DEFAULT_MAX_LOST, rescue_interval: float | None = None,
+                 seed: int | None = None) -> None:
+        self.app = app
+        self.store = app.store
+        self.queues = tuple(queues) if queues else app.queues()
+        self.concurrency = max(1, concurrency)
+        self.burst = burst
+        self.wait_scheduled = wait_scheduled
+        self.lease = lease or app.lease
+        self.poll_interval = poll_interval
+        self.grace = grace
+        self.batch = batch or max(self.concurrency, 1)
+        self.max_lost = max_lost
+        self.rescue_interval = rescue_interval or min(5.0, self.lease / 3)
+        self.heartbeat_interval = self.lease / 3
+        self.random = random.Random(seed)
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.stats = WorkerStats()
+        self._done: queue.SimpleQueue[tuple[_Running, executor.AttemptResult]] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._running: dict[int, _Running] = {}
+        self._pool: Pool | None = None
+        self._signals = 0
+        self._unsaved: list[tuple[list[FinishParams], list[tuple[_Running, Any]] | None, bool]] = []
+
+    # -- control -----------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop claiming; running attempts get the grace period, then are released."""
+        self._stopping.set()
+        self._wake.set()
+
+    def install_signal_handlers(self) -> None:
+        def handler(signum: int, frame: Any) -> None:
+            self._signals += 1
+            if self._signals > 1:
+                log.warning("second signal: exiting now; leases of running jobs will expire and be rescued")
+                os._exit(1)
+            log.info("signal %s: finishing running jobs (grace %.0fs), claiming no more", signum, self.grace)
+            self.stop()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    # -- the loop ----------------------------------------------------------------------------
+    def run(self) -> WorkerStats:
+        self._pool = Pool(self.concurrency)
+        store_backoff = Backoff(base=0.5, factor=2.0, cap=15.0, jitter="equal")
+        faults = 0
+        last_beat = last_rescue = last_prune = 0.0
+        stop_at: float | None = None
+        log.info("worker %s started: queues=%s concurrency=%d", self.id, ",".join(self.queues), self.concurrency)
+        try:
+            while True:
+                try:
+                    now = time.monotonic()
+                    if now - last_beat >= self.heartbeat_interval:
+                        self._heartbeat()
+                        last_beat = now
+                    if now - last_rescue >= self.rescue_interval:
+                        self._rescue()
+                        last_rescue = now
+                    if now - last_prune >= self.app.prune_interval:
+                        self.app.prune()
+                        last_prune = now
+                    self._flush()
+                    self._timeouts()
+                    if self._stopping.is_set():
+                        if stop_at is None:
+                            stop_at = time.monotonic() + self.grace
+                        if not self._running or time.monotonic() >= stop_at:
+                            self._release_all()
+                            break
+                        self._wake.wait(0.05)
+                        self._wake.clear()
+                        continue
+                    claimed = self._claim()
+                    if faults:
+                        log.info("store is reachable again; resuming")
+                        faults = 0
+                    if not claimed and not self._running and self.burst and self._idle():
+                        break
+                    if not claimed:
+                        self._wake.wait(self._sleep_time())
+                        self._wake.clear()
+                except StoreError as exc:
+                    faults += 1
+                    pause = store_backoff.delay(faults, self.random.random())
+                    log.error("store fault (%s); retrying in %.1fs", exc, pause)
+                    if self._stopping.wait(pause):
+                        stop_at = stop_at or time.monotonic() + self.grace
+        finally:
+            self._shutdown()
+        return self.stats
+
+    def _sleep_time(self) -> float:
+        wait = self.poll_interval
+        deadlines = [r.deadline for r in self._running.values() if r.deadline and not r.done]
+        if deadlines:
+            wait = min(wait, max(0.0, min(deadlines) - time.monotonic()))
+        return wait
+
+    def _idle(self) -> bool:
+        pending = self.store.job_pending(self.queues)
+        if pending.runnable or pending.running:
+            return False
+        if self.wait_scheduled and pending.next_at is not None:
+            delay = pending.next_at - self.store.now()
+            self._wake.wait(min(max(delay, 0.0), self.poll_interval))
+            self._wake.clear()
+            return False
+        return True
+
+    def _claim(self) -> list[Claimed]:
+        free = self.concurrency - len(self._running)
+        if free <= 0:
+            return []
+        claimed = self.store.job_claim(ClaimParams(self.queues, min(free, self.batch), self.id, self.lease))
+        self.stats.claimed += len(claimed)
+        for c in claimed:
+            self._start(c)
+        return claimed
+
+    def _start(self, claimed: Claimed) -> None:
+        job = claimed.job
+        jobdef = self.app.jobs.get(job.name)
+        if jobdef is None:
+            log.error("job %s has unknown name %r: dead (unknown_job)", job.key, job.name)
+            self._save([executor.unknown_job(claimed)])
+            return
+        ctx = Context(JobInfo(job.key, job.name, job.queue, job.attempt, job.max_attempts, job.runs, job.id),
+                      store=self.store, app=self.app)
+        now = time.monotonic()
+        deadline = now + jobdef.timeout if (jobdef.timeout and not jobdef.is_async) else None
+        running = _Running(claimed, ctx, now, deadline)
+        self._running[job.id] = running
+
+        def task() -> None:
+            res = executor.execute(jobdef, ctx, job.args, job.kwargs)
+            self._done.put((running, res))
+            self._wake.set()
+
+        assert self._pool is not None
+        self._pool.submit(task)
+
+    def _flush(self) -> None:
+        while self._unsaved:  # outcomes a store fault kept from being saved: they still hold their leases
+            self._save(*self._unsaved.pop(0))
+        finishes: list[FinishParams] = []
+        meta: list[tuple[_Running, executor.AttemptResult | None]] = []
+        while True:
+            try:
+                running, res = self._done.get_nowait()
+            except queue.Empty:
+                break
+            if running.done:  # already concluded as timed out or released: the late result is void
+                self._running.pop(running.claimed.job.id, None)
+                log.warning("late result of %s dropped (attempt already ended)", running.claimed.job.key)
+                self.stats.fenced += 1
+                continue
+            jobdef = self.app.jobs[running.claimed.job.name]
+            finishes.append(executor.conclude(running.claimed, jobdef, res, self.random.random(),
+                                              cancel_requested=running.ctx.cancelled))
+            meta.append((running, res))
+        if finishes:
+            self._save(finishes, meta)
+
+    def _timeouts(self) -> None:
+        now = time.monotonic()
+        expired = [r for r in self._running.values() if r.deadline and not r.done and now >= r.deadline]
+        if not expired:
+            return
+        finishes = []
+        for r in expired:
+            jobdef = self.app.jobs[r.claimed.job.name]
+            res = executor.AttemptResult(
+                executor.TimedOut(f"the attempt ran longer than its timeout of {jobdef.timeout:g}s"),
+                timed_out=True, duration=now - r.started)
+            r.ctx._request_cancel()
+            finishes.append(executor.conclude(r.claimed, jobdef, res, self.random.random()))
+            r.done = True  # keeps its slot until the thread really returns
+        self._save(finishes, [(r, None) for r in expired], keep_slots=True)
+
+    def _save(self, finishes: list[FinishParams], meta: list[tuple[_Running, Any]] | None = None,
+              keep_slots: bool = False) -> None:
+        try:
+            applied = self.store.job_finish_many(finishes)
+        except StoreError:
+            self._unsaved.append((finishes, meta, keep_slots))
+            raise
+        for i, (fin, ok) in enumerate(zip(finishes, applied, strict=True)):
+            running = meta[i][0] if meta else None
+            key = running.claimed.job.key if running else str(fin.job_id)
+            name = running.claimed.job.name if running else "?"
+            duration = (time.monotonic() - running.started) if running else 0.0
+            if running and not keep_slots:
+                self._running.pop(fin.job_id, None)
+            if not ok:
+                self.stats.fenced += 1
+                log.warning("attempt of %s ended after its lease was lost; its result was dropped", key)
+                continue
+            self._count(fin)
+            log.info("%s %s attempt=%s outcome=%s state=%s duration=%.3fs%s", name, key,
+                     running.claimed.job.attempt if running else "?", fin.outcome, fin.state, duration,
+                     f" error={fin.error_type}: {fin.message}" if fin.error_type and fin.outcome != "succeeded"
+                     else "",
+                     extra={"job_key": key, "job_name": name, "outcome": str(fin.outcome),
+                            "state": str(fin.state), "duration": round(duration, 6)})
+        self.app._after_finish(finishes, applied)
+
+    def _count(self, fin: FinishParams) -> None:
+        s = self.stats
+        s.by_outcome[str(fin.outcome)] = s.by_outcome.get(str(fin.outcome), 0) + 1
+        if fin.state == State.SUCCEEDED:
+            s.succeeded += 1
+        elif fin.state == State.DEAD:
+            s.dead += 1
+        elif fin.given_back:
+            s.deferred += 1
+        else:
+            s.failed += 1
+
+    def _heartbeat(self) -> None:
+        self.store.worker_beat(self.id, socket.gethostname(), os.getpid(), self.queues)
+        live = [(r.claimed.job.id, r.claimed.token) for r in self._running.values() if not r.done]
+        if not live:
+            return
+        held = self.store.job_heartbeat_many(live, self.lease)
+        for job_id, _token in live:
+            r = self._running.get(job_id)
+            if r is None:
+                continue
+            if job_id not in held:
+                log.warning("lease of %s was lost (rescued elsewhere?); asking the attempt to stop",
+                            r.claimed.job.key)
+                r.ctx._request_cancel()
+                r.done = True
+            elif held[job_id]:
+                r.ctx._request_cancel()
+
+    def _rescue(self) -> None:
+        expired = self.store.job_list_expired(limit=500)
+        if not expired:
+            return
+        items = []
+        for e in expired:
+            jobdef = self.app.jobs.get(e.name)
+            backoff = jobdef.backoff if jobdef else Backoff()
+            if e.cancel_requested:
+                state, delay, reason = State.CANCELLED, None, "cancelled"
+            else:
+                d = decide_lost(Budget(e.attempt, e.max_attempts, e.deferrals), e.lost + 1, self.max_lost,
+                                backoff, self.random.random())
+                state, delay, reason = d.state, d.delay, d.reason
+            msg = "the worker running this attempt stopped heartbeating (killed, crashed or hung)"
+            items.append(RescueParams(e.id, e.token, e.runs, state, delay, reason, msg))
+        applied = self.store.job_rescue_many(items)
+        n = sum(applied)
+        self.stats.rescued += n
+        if n:
+            log.warning("rescued %d job(s) whose worker stopped heartbeating", n)
+        self.app._after_rescue(items, applied)
+
+    def _release_all(self) -> None:
+        pending = [r for r in self._running.values() if not r.done]
+        if not pending:
+            return
+        log.warning("releasing %d running job(s) that did not finish within the grace period", len(pending))
+        for r in pending:
+            r.ctx._request_cancel()
+            r.done = True
+        try:
+            self.store.job_finish_many([executor.released(r.claimed, "worker shut down before the attempt ended")
+                                        for r in pending])
+        except StoreError as exc:
+            log.error("could not release jobs (%s); their leases will expire and they will be rescued", exc)
+
+    def _shutdown(self) -> None:
+        try:
+            self._flush()
+        except StoreError as exc:
+            log.error("could not save final results (%s); the leases will expire and be rescued", exc)
+        if self._pool:
+            self._pool.shutdown()
+        try:
+            self.store.worker_remove(self.id)
+        except StoreError:
+            pass
+        log.info("worker %s stopped: %s", self.id, json.dumps(self.stats.__dict__))
