@@ -72,6 +72,7 @@ class JobDef:
             raise ConfigError(f"job {name!r}: argument name(s) {sorted(clash)} are reserved by enqueue()")
         self.arg_names = [p.name for p in params[1:]
                           if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        self._arg_names_json = json.dumps(self.arg_names)
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -105,7 +106,7 @@ class JobDef:
         return InsertParams(
             key=key, name=self.name, queue=check_name(queue, "queue name") if queue else self.queue,
             fingerprint=fingerprint(self.name, payload), payload=payload,
-            arg_names=json.dumps(self.arg_names), max_attempts=self.max_attempts, run_at=when,
+            arg_names=self._arg_names_json, max_attempts=self.max_attempts, run_at=when,
             delay=float(delay or 0.0),
         )
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,15 +29,15 @@ class Context:
         self.job = job
         self._store = store
         self._app = app
-        self._cancel = threading.Event()
+        self._cancel = False  # set once by the worker loop; nothing waits on it, so a flag is enough
 
     @property
     def cancelled(self) -> bool:
         """True once someone asked this job to stop (cancel, shutdown, timeout or a lost lease)."""
-        return self._cancel.is_set()
+        return self._cancel
 
     def _request_cancel(self) -> None:
-        self._cancel.set()
+        self._cancel = True
 
     def log(self, message: str, **fields: Any) -> None:
         """Log a line tagged with this job's key and attempt (fields with secret names are masked)."""

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from firesafe.clock import to_datetime
@@ -129,26 +130,29 @@ class Job:
     @classmethod
     def from_row(cls, row: Any) -> Job:
         """Build from a store row (a mapping with the jobs table's columns)."""
+        # On the claim and enqueue paths (once per job), so it avoids needless work.
         payload = json.loads(row["payload"])
         result = row["result"]
+        finished = row["finished_at"]
+        run_at = row["run_at"]
         return cls(
             id=row["id"],
             key=row["key"],
             name=row["name"],
             queue=row["queue"],
-            state=State(row["state"]),
+            state=_STATES[row["state"]],
             args=payload.get("args", []),
             kwargs=payload.get("kwargs", {}),
-            arg_names=json.loads(row["arg_names"]) if row["arg_names"] else [],
+            arg_names=_arg_names(row["arg_names"]),
             attempt=row["attempt"],
             max_attempts=row["max_attempts"],
             runs=row["runs"],
             deferrals=row["deferrals"],
             lost=row["lost"],
-            run_at=to_datetime(row["run_at"]),
-            created_at=to_datetime(row["created_at"]),  # type: ignore[arg-type]
-            updated_at=to_datetime(row["updated_at"]),  # type: ignore[arg-type]
-            finished_at=to_datetime(row["finished_at"]),
+            run_at=None if run_at is None else datetime.fromtimestamp(run_at, UTC),
+            created_at=datetime.fromtimestamp(row["created_at"], UTC),
+            updated_at=datetime.fromtimestamp(row["updated_at"], UTC),
+            finished_at=None if finished is None else datetime.fromtimestamp(finished, UTC),
             result=json.loads(result) if result is not None else None,
             error_type=row["error_type"],
             error_message=row["error_message"],
@@ -157,6 +161,19 @@ class Job:
             cancel_requested=bool(row["cancel_requested"]),
             fingerprint=row["fingerprint"],
         )
+
+
+_STATES: dict[str, State] = {s.value: s for s in State}
+
+
+def _arg_names(text: str | None) -> list[str]:
+    """The positional parameter names stored with a job (a JSON list), parsed once per distinct text."""
+    return list(_parse_names(text)) if text else []
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_names(text: str) -> tuple[str, ...]:
+    return tuple(json.loads(text))
 
 
 def attempt_from_row(row: Any) -> Attempt:

@@ -1,0 +1,1 @@
+"""The ``firesafe`` command line (entry point: :func:`firesafe.cli.main.main`)."""

@@ -45,6 +45,10 @@ def _explain(exc: sqlite3.Error, path: str) -> StoreError:
         msg = f"{path} is read-only ({text}); firesafe needs to write to the file and its folder"
     elif "disk is full" in text or "database or disk is full" in text:
         msg = f"the disk holding {path} is full ({text}); nothing was written"
+    elif "disk I/O error" in text:  # an open file that stopped taking writes: made immutable, fs remounted ro
+        code = getattr(exc, "sqlite_errorname", "") or "SQLITE_IOERR"
+        msg = (f"cannot write to {path} ({text}, {code}): was the file or its filesystem made read-only, "
+               "or is the disk failing?")
     elif "unable to open" in text:
         msg = f"cannot open {path} ({text}); does its folder exist and is it writable?"
     elif "locked" in text or "busy" in text:

@@ -39,6 +39,7 @@ class AttemptResult:
     timed_out: bool = False
     duration: float = 0.0
     traceback: str | None = None
+    result_json: str | None = None  # the canonical JSON of ``value``, made once when the attempt ends
 
 
 class TimedOut(Exception):
@@ -69,7 +70,7 @@ def execute(jobdef: JobDef, ctx: Context, args: list[Any], kwargs: dict[str, Any
             if inspect.isawaitable(value):
                 value, _ = run_coroutine(_bounded(value, jobdef.timeout), None)
         result_json = canonical_json(value, what="the job's result", limit=MAX_RESULT_BYTES)
-        return AttemptResult(None, json.loads(result_json), duration=time.monotonic() - start)
+        return AttemptResult(None, value, duration=time.monotonic() - start, result_json=result_json)
     except Exception as exc:
         if isinstance(exc, InvalidInput) and "result" in str(exc):
             exc = InvalidInput(f"job {jobdef.name!r} returned a value that cannot be stored: {exc}")
@@ -105,14 +106,18 @@ def conclude(claimed: Claimed, jobdef: JobDef, res: AttemptResult, draw: float, 
         error_type = "TimedOut"
     result = None
     if decision.state == State.SUCCEEDED:
-        result = json.dumps(res.value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    info = dict(detail or {})
-    info["duration"] = round(res.duration, 6)
+        result = res.result_json
+        if result is None:
+            result = json.dumps(res.value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if detail:
+        info = json.dumps({**detail, "duration": round(res.duration, 6)})
+    else:  # the usual case, once per attempt: the very text json.dumps({"duration": ...}) makes
+        info = f'{{"duration": {round(res.duration, 6)!r}}}'
     return FinishParams(
         job_id=job.id, token=claimed.token, seq=job.runs, state=decision.state, outcome=decision.outcome,
         delay=decision.delay, given_back=1 if decision.deferred else 0, result=result,
         error_type=error_type, message=message, traceback=res.traceback, reason=decision.reason,
-        detail=json.dumps(info),
+        detail=info,
     )
 
 

@@ -88,7 +88,9 @@ class Worker:
         self._done: queue.SimpleQueue[tuple[_Running, executor.AttemptResult]] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stopping = threading.Event()
-        self._running: dict[int, _Running] = {}
+        # By (job id, run): a timed-out or lost attempt keeps its slot until its thread returns, while
+        # the same job may already run again here.
+        self._running: dict[tuple[int, int], _Running] = {}
         self._pool: Pool | None = None
         self._signals = 0
         self._unsaved: list[tuple[list[FinishParams], list[tuple[_Running, Any]] | None, bool]] = []
@@ -170,11 +172,15 @@ class Worker:
         return wait
 
     def _idle(self) -> bool:
+        """Burst mode: done when nothing is runnable now; with ``wait_scheduled``, when nothing is
+        waiting or running anywhere in these queues (retries and rescues may still come back)."""
         pending = self.store.job_pending(self.queues)
-        if pending.runnable or pending.running:
+        if pending.runnable:
             return False
-        if self.wait_scheduled and pending.next_at is not None:
-            delay = pending.next_at - self.store.now()
+        if not self.wait_scheduled:
+            return True
+        if pending.running or pending.next_at is not None:
+            delay = (pending.next_at - self.store.now()) if pending.next_at is not None else self.poll_interval
             self._wake.wait(min(max(delay, 0.0), self.poll_interval))
             self._wake.clear()
             return False
@@ -202,7 +208,7 @@ class Worker:
         now = time.monotonic()
         deadline = now + jobdef.timeout if (jobdef.timeout and not jobdef.is_async) else None
         running = _Running(claimed, ctx, now, deadline)
-        self._running[job.id] = running
+        self._running[(job.id, job.runs)] = running
 
         def task() -> None:
             res = executor.execute(jobdef, ctx, job.args, job.kwargs)
@@ -223,7 +229,7 @@ class Worker:
             except queue.Empty:
                 break
             if running.done:  # already concluded as timed out or released: the late result is void
-                self._running.pop(running.claimed.job.id, None)
+                self._running.pop((running.claimed.job.id, running.claimed.job.runs), None)
                 log.warning("late result of %s dropped (attempt already ended)", running.claimed.job.key)
                 self.stats.fenced += 1
                 continue
@@ -263,12 +269,14 @@ class Worker:
             name = running.claimed.job.name if running else "?"
             duration = (time.monotonic() - running.started) if running else 0.0
             if running and not keep_slots:
-                self._running.pop(fin.job_id, None)
+                self._running.pop((fin.job_id, running.claimed.job.runs), None)
             if not ok:
                 self.stats.fenced += 1
                 log.warning("attempt of %s ended after its lease was lost; its result was dropped", key)
                 continue
             self._count(fin)
+            if not log.isEnabledFor(logging.INFO):  # skip building the log fields (once per attempt)
+                continue
             log.info("%s %s attempt=%s outcome=%s state=%s duration=%.3fs%s", name, key,
                      running.claimed.job.attempt if running else "?", fin.outcome, fin.state, duration,
                      f" error={fin.error_type}: {fin.message}" if fin.error_type and fin.outcome != "succeeded"
@@ -291,14 +299,12 @@ class Worker:
 
     def _heartbeat(self) -> None:
         self.store.worker_beat(self.id, socket.gethostname(), os.getpid(), self.queues)
-        live = [(r.claimed.job.id, r.claimed.token) for r in self._running.values() if not r.done]
+        live = [r for r in self._running.values() if not r.done]
         if not live:
             return
-        held = self.store.job_heartbeat_many(live, self.lease)
-        for job_id, _token in live:
-            r = self._running.get(job_id)
-            if r is None:
-                continue
+        held = self.store.job_heartbeat_many([(r.claimed.job.id, r.claimed.token) for r in live], self.lease)
+        for r in live:
+            job_id = r.claimed.job.id
             if job_id not in held:
                 log.warning("lease of %s was lost (rescued elsewhere?); asking the attempt to stop",
                             r.claimed.job.key)

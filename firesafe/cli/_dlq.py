@@ -1,0 +1,228 @@
+"""``firesafe dlq``: review the dead letters; list, show, replay, discard, purge."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from firesafe.app import App
+from firesafe.cli._common import (
+    Duration,
+    PointInTime,
+    confirm_bulk,
+    console,
+    echo_json,
+    human_duration,
+    json_option,
+    open_app,
+    store_option,
+)
+from firesafe.cli._render import dead_table, masked_job_dict, render_job
+from firesafe.states import State
+
+F = Callable[..., Any]
+
+
+def filter_options(f: F) -> F:
+    for option in reversed([
+        click.option("--job", metavar="NAME", help="Only this job name."),
+        click.option("--error", metavar="TYPE", help="Only this error type (e.g. TimeoutError)."),
+        click.option("--queue", metavar="QUEUE", help="Only this queue."),
+        click.option("--since", type=PointInTime(), metavar="TIME",
+                     help="Died at or after TIME: ISO datetime (UTC if no zone) or a time ago like 2h, 3d."),
+        click.option("--until", type=PointInTime(), metavar="TIME", help="Died before TIME (same forms as --since)."),
+    ]):
+        f = option(f)
+    return f
+
+
+@click.group()
+def dlq() -> None:
+    """The dead-letter queue: dead jobs keep their arguments, reason and every attempt.
+
+    \b
+    Examples:
+      firesafe dlq ls --job refund --since 1d
+      firesafe dlq show refund:o-9
+      firesafe dlq replay --job refund --error TimeoutError --dry-run
+      firesafe dlq replay refund:o-9
+      firesafe dlq discard --until 7d --yes
+      firesafe dlq purge --older-than 30d
+    """
+
+
+@dlq.command("ls")
+@filter_options
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@json_option
+@store_option
+def ls(job: str | None, error: str | None, queue: str | None, since: float | None, until: float | None,
+       limit: int, as_json: bool, store_url: str | None) -> None:
+    """List dead jobs, newest first.
+
+    \b
+    Examples:
+      firesafe dlq ls
+      firesafe dlq ls --job refund --error TimeoutError --since 2h --json
+    """
+    app = open_app(store_url)
+    filters = {"job": job, "error": error, "queue": queue, "since": since, "until": until}
+    found = app.dlq.list(limit=limit, **filters)
+    if as_json:
+        echo_json([masked_job_dict(j, with_trace=False) for j in found])
+        return
+    out = console()
+    if not found:
+        out.print("no dead jobs match", style="dim")
+        return
+    total = app.dlq.count(**filters)
+    out.print(dead_table(found))
+    out.print(f"{len(found)} of {total} dead job(s); `firesafe show KEY` for a job's trace", style="dim")
+
+
+@dlq.command("show")
+@click.argument("key")
+@click.option("--traceback", "full_tracebacks", is_flag=True, help="Show whole stored tracebacks.")
+@json_option
+@store_option
+def show(key: str, full_tracebacks: bool, as_json: bool, store_url: str | None) -> None:
+    """Show a dead job with every attempt (the same view as `firesafe show`).
+
+    \b
+    Example:
+      firesafe dlq show refund:o-9
+    """
+    app = open_app(store_url)
+    job = app.get(key)
+    if as_json:
+        echo_json(masked_job_dict(job))
+        return
+    out = console()
+    if job.state != State.DEAD:
+        out.print(f"note: {key} is not in the dead letters (state {job.state})", style="yellow")
+    render_job(out, job, full_tracebacks=full_tracebacks)
+
+
+def _review(action: str, keys: tuple[str, ...], filters: dict[str, Any], dry_run: bool, yes: bool,
+            as_json: bool, store_url: str | None) -> None:
+    """Replay or discard: preview, confirm when bulk, then act on exactly the previewed jobs."""
+    if keys and any(v is not None for v in filters.values()):
+        raise click.UsageError("give job keys or filters (--job, --error, --queue, --since, --until), not both")
+    app: App = open_app(store_url)
+    method = app.dlq.replay if action == "replay" else app.dlq.discard
+    done = "replayed" if action == "replay" else "discarded"
+    preview = method(list(keys) if keys else None, dry_run=True, **filters)
+    passed_over = sorted(set(keys) - set(preview.keys))
+    out = console()
+    if passed_over:
+        allowed = "dead or cancelled" if action == "replay" else "dead"
+        console(stderr=True).print(f"skipping {len(passed_over)} job(s) that are not {allowed}: "
+                                   f"{', '.join(passed_over[:10])}", style="yellow", markup=False)
+    if dry_run:
+        if as_json:
+            echo_json({"action": action, "dry_run": True, "count": preview.count, "keys": preview.keys})
+            return
+        out.print(f"dry run: {preview.count} job(s) would be {done}; nothing changed")
+        for key in preview.keys[:50]:
+            out.print(f"  {key}", markup=False)
+        if preview.count > 50:
+            out.print(f"  ... and {preview.count - 50} more (--json lists them all)")
+        return
+    if preview.count == 0:
+        if as_json:
+            echo_json({"action": action, "dry_run": False, "count": 0, "keys": [], "skipped": []})
+        else:
+            out.print(f"nothing to {action}: no job matches")
+        return
+    bulk = not keys or len(keys) > 1
+    if bulk and not yes:
+        confirm_bulk(action, preview.count)
+    with Progress(TextColumn(f"{action}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console(stderr=True), transient=False, disable=not bulk or as_json) as progress:
+        task = progress.add_task(action, total=preview.count)
+
+        def advance(n: int, total: int) -> None:
+            progress.update(task, completed=n, total=total)
+
+        result = method(preview.keys, progress=advance)
+    if as_json:
+        echo_json({"action": action, "dry_run": False, "count": result.count, "keys": result.keys,
+                   "skipped": result.skipped})
+        return
+    out.print(f"{done} {result.count} job(s)")
+    if result.skipped:
+        out.print(f"{len(result.skipped)} job(s) skipped: they had changed state meanwhile", style="yellow")
+
+
+def _review_command(action: str, doc: str) -> click.Command:
+    @click.argument("keys", nargs=-1, metavar="[KEY]...")
+    @filter_options
+    @click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
+    @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation of a bulk action.")
+    @json_option
+    @store_option
+    def command(keys: tuple[str, ...], job: str | None, error: str | None, queue: str | None, since: float | None,
+                until: float | None, dry_run: bool, yes: bool, as_json: bool, store_url: str | None) -> None:
+        _review(action, keys, {"job": job, "error": error, "queue": queue, "since": since, "until": until},
+                dry_run, yes, as_json, store_url)
+
+    command.__doc__ = doc
+    return dlq.command(action)(command)
+
+
+_review_command("replay", """Put dead jobs back in their queue: same key, fresh attempt budget, history kept.
+
+    Give keys, or filters to replay every dead job that matches. A bulk action (filters, or more
+    than one key) states how many jobs it will touch and asks first, unless --yes; without a
+    terminal it refuses unless --yes. Each replay is recorded with who did it and when.
+
+    \b
+    Examples:
+      firesafe dlq replay refund:o-9
+      firesafe dlq replay --job refund --error TimeoutError --since 1d --dry-run
+      firesafe dlq replay --job refund --since 1d --yes
+    """)
+
+_review_command("discard", """Take dead jobs out of the dead letters (they become cancelled, reason discarded).
+
+    Keys or filters, like replay; bulk discards ask for confirmation unless --yes.
+
+    \b
+    Examples:
+      firesafe dlq discard refund:o-9
+      firesafe dlq discard --job legacy_sync --until 7d --dry-run
+    """)
+
+
+@dlq.command("purge")
+@click.option("--older-than", type=Duration(), required=True, metavar="AGE",
+              help="Delete dead jobs that died longer ago than AGE (30d, 12h, ...).")
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@store_option
+def purge(older_than: float, dry_run: bool, yes: bool, store_url: str | None) -> None:
+    """Delete dead jobs older than --older-than, with their trace; their keys become free again.
+
+    \b
+    Examples:
+      firesafe dlq purge --older-than 30d --dry-run
+      firesafe dlq purge --older-than 30d --yes
+    """
+    app = open_app(store_url)
+    count = app.dlq.count(until=app.store.now() - older_than)
+    out = console()
+    age = human_duration(older_than)
+    if dry_run:
+        out.print(f"dry run: {count} dead job(s) older than {age} would be deleted; nothing changed")
+        return
+    if count == 0:
+        out.print(f"nothing to purge: no dead job is older than {age}")
+        return
+    if not yes:
+        confirm_bulk("permanently delete", count, "dead job(s)")
+    with console(stderr=True).status(f"deleting {count} dead job(s)..."):
+        removed = app.dlq.purge(older_than=older_than)
+    out.print(f"purged {removed} dead job(s) older than {age}; their keys can be used again")

@@ -1,0 +1,214 @@
+"""Human views of jobs: the timeline of one job, tables of many, counts. Secrets are always masked."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from firesafe.masking import mask, mask_text
+from firesafe.models import Attempt, Job
+from firesafe.states import State
+
+STATE_STYLE = {
+    "queued": "cyan",
+    "scheduled": "blue",
+    "running": "yellow",
+    "succeeded": "green",
+    "dead": "bold red",
+    "cancelled": "magenta",
+}
+OUTCOME_STYLE = {
+    "succeeded": "green",
+    "failed": "red",
+    "timed_out": "red",
+    "lost": "red",
+    "interrupted": "yellow",
+    "deferred": "blue",
+    "cancelled": "magenta",
+    None: "yellow",
+}
+#: Lines of each stored traceback shown unless ``--traceback`` asks for all of them.
+TRACEBACK_LINES = 12
+
+
+def masked_job_dict(job: Job, *, with_trace: bool = True) -> dict[str, Any]:
+    """``Job.as_dict()`` with free text (errors, tracebacks) and results masked as well."""
+    d = job.as_dict(with_trace=with_trace)
+    d["result"] = mask(d["result"])
+    if d.get("error_message"):
+        d["error_message"] = mask_text(d["error_message"])
+    for a in d.get("trace", []):
+        for field in ("message", "traceback"):
+            if a.get(field):
+                a[field] = mask_text(a[field])
+        a["detail"] = mask(a["detail"])
+    for e in d.get("events", []):
+        e["detail"] = mask(e["detail"])
+    return d
+
+
+def when(value: datetime | None) -> str:
+    """A UTC time to the millisecond, or '-'."""
+    if value is None:
+        return "-"
+    return value.strftime("%Y-%m-%d %H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def state_text(state: State | str) -> Text:
+    return Text(str(state), style=STATE_STYLE.get(str(state), ""))
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def duration_of(a: Attempt) -> str:
+    seconds = a.detail.get("duration") if isinstance(a.detail, dict) else None
+    if not isinstance(seconds, (int, float)) and a.started_at and a.ended_at:
+        seconds = (a.ended_at - a.started_at).total_seconds()
+    if not isinstance(seconds, (int, float)):
+        return "-"
+    return f"{seconds * 1000:.1f}ms" if seconds < 1 else f"{seconds:.2f}s"
+
+
+def error_of(error_type: str | None, message: str | None, width: int | None = None) -> Text:
+    if not error_type:
+        return Text("")
+    text = f"{error_type}: {mask_text(message or '')}".rstrip(": ")
+    if width and len(text) > width:
+        text = text[: width - 1] + "…"
+    return Text(text, style="red")
+
+
+def bounded(tb: str, full: bool) -> tuple[str, int]:
+    """The last lines of a traceback (all of them with ``full``) and how many were left out."""
+    lines = tb.rstrip("\n").splitlines()
+    if full or len(lines) <= TRACEBACK_LINES:
+        return "\n".join(lines), 0
+    return "\n".join(lines[-TRACEBACK_LINES:]), len(lines) - TRACEBACK_LINES
+
+
+def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None:
+    """The whole story of one job: what it is, each attempt, and what was done to it."""
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold", no_wrap=True)
+    head.add_column(overflow="fold")
+    head.add_row("key", Text(job.key))
+    head.add_row("job", Text(f"{job.name}  (queue {job.queue})"))
+    state = state_text(job.state)
+    if job.reason:
+        state.append(f"  reason: {job.reason}", style="")
+    if job.cancel_requested and job.state == State.RUNNING:
+        state.append("  (cancel requested)", style="magenta")
+    head.add_row("state", state)
+    head.add_row("attempts", Text(f"{job.attempt}/{job.max_attempts} used  (runs {job.runs}, "
+                                  f"deferrals {job.deferrals}, lost {job.lost})"))
+    head.add_row("arguments", Text(to_json(job.masked_arguments())))
+    if job.state == State.SUCCEEDED:
+        head.add_row("result", Text(to_json(mask(job.result))))
+    if job.error_type:
+        head.add_row("last error", error_of(job.error_type, job.error_message))
+    head.add_row("created", Text(when(job.created_at)))
+    if job.state in (State.QUEUED, State.SCHEDULED):
+        head.add_row("runs at", Text(when(job.run_at)))
+    if job.state == State.RUNNING and job.worker:
+        head.add_row("worker", Text(job.worker))
+    head.add_row("updated", Text(when(job.updated_at)))
+    if job.finished_at:
+        head.add_row("finished", Text(when(job.finished_at)))
+    out.print(Panel(head, title=Text(f"job {job.key}"), title_align="left", expand=False))
+
+    if job.trace:
+        table = Table(title="attempts", title_justify="left", show_lines=False)
+        for name in ("#", "attempt", "worker", "started", "ended", "duration", "outcome", "error"):
+            table.add_column(name, overflow="fold")
+        for a in job.trace:
+            table.add_row(str(a.seq), str(a.attempt), Text(a.worker or "-"), when(a.started_at), when(a.ended_at),
+                          duration_of(a), Text(a.outcome or "running", style=OUTCOME_STYLE.get(a.outcome, "")),
+                          error_of(a.error_type, a.message))
+        out.print(table)
+        shown: dict[str, int] = {}
+        for a in job.trace:
+            if not a.traceback:
+                continue
+            if a.traceback in shown:
+                out.print(Text(f"run #{a.seq}: the same traceback as run #{shown[a.traceback]}", style="dim"))
+                continue
+            shown[a.traceback] = a.seq
+            text, cut = bounded(mask_text(a.traceback), full_tracebacks)
+            body = Text(text)
+            if cut:
+                body = Text.assemble((f"... {cut} earlier line(s); --traceback shows them\n", "dim"), body)
+            out.print(Panel(body, title=Text(f"traceback of run #{a.seq} (attempt {a.attempt})"),
+                            title_align="left", border_style="red", expand=False))
+    else:
+        out.print(Text("no attempts yet", style="dim"))
+
+    if job.events:
+        events = Table(title="events", title_justify="left")
+        for name in ("at", "event", "by", "detail"):
+            events.add_column(name, overflow="fold")
+        for e in job.events:
+            events.add_row(when(e.at), e.kind, Text(e.actor or "-"), Text(to_json(mask(e.detail)) if e.detail else ""))
+        out.print(events)
+
+
+def jobs_table(jobs: Sequence[Job], title: str | None = None) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("key", overflow="fold")
+    table.add_column("job")
+    table.add_column("queue")
+    table.add_column("state")
+    table.add_column("attempts", justify="right")
+    table.add_column("updated")
+    table.add_column("last error", overflow="fold")
+    for j in jobs:
+        table.add_row(Text(j.key), Text(j.name), Text(j.queue), state_text(j.state), f"{j.attempt}/{j.max_attempts}",
+                      when(j.updated_at), error_of(j.error_type, j.error_message, width=80))
+    return table
+
+
+def dead_table(jobs: Sequence[Job], title: str | None = None) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("key", overflow="fold")
+    table.add_column("job")
+    table.add_column("queue")
+    table.add_column("reason")
+    table.add_column("attempts", justify="right")
+    table.add_column("died")
+    table.add_column("error", overflow="fold")
+    for j in jobs:
+        table.add_row(Text(j.key), Text(j.name), Text(j.queue), Text(j.reason or "-"), f"{j.attempt}/{j.max_attempts}",
+                      when(j.finished_at or j.updated_at), error_of(j.error_type, j.error_message, width=80))
+    return table
+
+
+def stats_data(rows: Iterable[tuple[str, str, int]]) -> dict[str, Any]:
+    """``{"queues": {queue: {state: n}}, "totals": {state: n}, "total": n}`` with every state present."""
+    queues: dict[str, dict[str, int]] = {}
+    totals = {str(s): 0 for s in State}
+    for queue, state, n in rows:
+        queues.setdefault(queue, {str(s): 0 for s in State})[state] = n
+        totals[state] = totals.get(state, 0) + n
+    return {"queues": queues, "totals": totals, "total": sum(totals.values())}
+
+
+def stats_table(data: dict[str, Any]) -> Group | Text:
+    if not data["queues"]:
+        return Text("no jobs in the store", style="dim")
+    table = Table(show_footer=True)
+    table.add_column("queue", footer="total")
+    for s in State:
+        table.add_column(Text(str(s), style=STATE_STYLE[str(s)]), justify="right",
+                         footer=str(data["totals"][str(s)]))
+    table.add_column("total", justify="right", footer=str(data["total"]))
+    for queue, counts in sorted(data["queues"].items()):
+        table.add_row(Text(queue), *(str(counts[str(s)]) for s in State), str(sum(counts.values())))
+    return Group(table)

@@ -1,0 +1,141 @@
+"""Commands that only need the store: ``migrate``, ``show``, ``jobs``, ``stats``, ``cancel``.
+
+None of them imports user code: a job is shown from what the store holds.
+"""
+
+from __future__ import annotations
+
+import click
+
+from firesafe.cli._common import console, echo_json, json_option, open_app, safe_url, store_option
+from firesafe.cli._render import jobs_table, masked_job_dict, render_job, stats_data, stats_table
+from firesafe.states import State
+from firesafe.store import open_store, resolve_url
+from firesafe.store.base import JobFilter
+
+STATES = [str(s) for s in State]
+
+
+@click.command()
+@store_option
+@json_option
+def migrate(store_url: str | None, as_json: bool) -> None:
+    """Create the store or bring its schema up to date (safe to run again and again).
+
+    \b
+    Examples:
+      firesafe migrate --store sqlite:///jobs.db
+      FIRESAFE_STORE=postgresql://postgres@127.0.0.1:5432/test firesafe migrate
+    """
+    url = resolve_url(store_url)
+    store = open_store(url)
+    try:
+        before = store.schema_version()
+        applied = store.migrate()
+        version = store.schema_version()
+    finally:
+        store.close()
+    if as_json:
+        echo_json({"store": safe_url(url), "applied": applied, "previous_version": before, "version": version})
+        return
+    if applied:
+        click.echo(f"{safe_url(url)}: applied migration(s) {', '.join(map(str, applied))}; "
+                   f"schema version {version}")
+    else:
+        click.echo(f"{safe_url(url)}: already up to date (schema version {version})")
+
+
+@click.command()
+@click.argument("key")
+@click.option("--traceback", "full_tracebacks", is_flag=True,
+              help="Show each attempt's whole stored traceback (default: its last lines).")
+@json_option
+@store_option
+def show(key: str, full_tracebacks: bool, as_json: bool, store_url: str | None) -> None:
+    """Show one job and its timeline: state, reason, arguments (secrets masked), result, every
+    attempt (worker, times, duration, outcome, error and traceback) and events (replayed by whom...).
+
+    \b
+    Examples:
+      firesafe show refund:o-1
+      firesafe show refund:o-1 --traceback
+      firesafe show refund:o-1 --json | jq .trace
+    """
+    app = open_app(store_url)
+    job = app.get(key)
+    if as_json:
+        echo_json(masked_job_dict(job))
+        return
+    render_job(console(), job, full_tracebacks=full_tracebacks)
+
+
+@click.command("jobs")
+@click.option("--state", type=click.Choice(STATES), help="Only jobs in this state.")
+@click.option("--job", "name", metavar="NAME", help="Only jobs of this job name.")
+@click.option("--queue", metavar="QUEUE", help="Only jobs in this queue.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@json_option
+@store_option
+def jobs_cmd(state: str | None, name: str | None, queue: str | None, limit: int, as_json: bool,
+             store_url: str | None) -> None:
+    """List jobs, newest first.
+
+    \b
+    Examples:
+      firesafe jobs --state dead --job refund
+      firesafe jobs --queue payments --limit 200 --json
+    """
+    app = open_app(store_url)
+    found = app.jobs_list(state=state, job=name, queue=queue, limit=limit)
+    if as_json:
+        echo_json([masked_job_dict(j, with_trace=False) for j in found])
+        return
+    out = console()
+    if not found:
+        out.print("no jobs match", style="dim")
+        return
+    total = app.store.job_count(JobFilter(state=state, name=name, queue=queue))
+    out.print(jobs_table(found))
+    out.print(f"{len(found)} of {total} job(s)", style="dim")
+
+
+@click.command()
+@json_option
+@store_option
+def stats(as_json: bool, store_url: str | None) -> None:
+    """Count jobs by queue and state.
+
+    \b
+    Examples:
+      firesafe stats
+      firesafe stats --json
+    """
+    app = open_app(store_url)
+    data = stats_data(app.store.job_stats())
+    if as_json:
+        echo_json(data)
+        return
+    console().print(stats_table(data))
+
+
+@click.command()
+@click.argument("key")
+@store_option
+def cancel(key: str, store_url: str | None) -> None:
+    """Cancel a job: a waiting one at once; a running one is asked to stop (its ctx.cancelled turns
+    true) and the cancel is recorded when its attempt ends.
+
+    \b
+    Example:
+      firesafe cancel refund:o-1
+    """
+    app = open_app(store_url)
+    outcome = app.cancel(key)
+    if outcome == "cancelled":
+        click.echo(f"cancelled {key}")
+    elif outcome == "requested":
+        click.echo(f"{key} is running: asked it to stop; the cancel is recorded when its attempt ends")
+    else:
+        job = app.get(key)
+        hint = " (to take it out of the dead letters: firesafe dlq discard KEY)" if job.state == State.DEAD else ""
+        click.echo(f"{key} had already finished (state {job.state}); nothing to cancel{hint}")

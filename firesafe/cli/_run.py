@@ -1,0 +1,163 @@
+"""Commands that run the user's code: ``worker`` and ``enqueue``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from typing import Any
+
+import click
+
+from firesafe.app import RESERVED
+from firesafe.cli._common import Duration, JSONValue, echo_json, fail, json_option, safe_url
+from firesafe.cli._loader import load_app
+from firesafe.cli._render import masked_job_dict, to_json
+from firesafe.errors import IdempotencyConflict
+from firesafe.idempotency.keys import check_name
+from firesafe.masking import mask
+
+log = logging.getLogger("firesafe.worker")
+
+
+def parse_queues(text: str | None) -> tuple[str, ...]:
+    if text is None:
+        return ()
+    queues = tuple(q.strip() for q in text.split(",") if q.strip())
+    if not queues:
+        raise click.BadParameter("give at least one queue name", param_hint="--queues")
+    return tuple(check_name(q, "queue name") for q in queues)
+
+
+def _watch_parent(worker: Any) -> None:
+    """In a supervised child: stop gracefully if the supervisor goes away (killed with SIGKILL)."""
+    from firesafe.worker.supervisor import SUPERVISOR_PID_ENV
+
+    expected = os.environ.get(SUPERVISOR_PID_ENV)
+    if not expected or not expected.isdigit():
+        return
+
+    def watch() -> None:
+        while not worker._stopping.wait(1.0):
+            if os.getppid() != int(expected):
+                log.warning("supervisor (pid %s) is gone: stopping this worker", expected)
+                worker.stop()
+                return
+
+    threading.Thread(target=watch, name="firesafe-parent-watch", daemon=True).start()
+
+
+@click.command()
+@click.argument("target", metavar="MODULE:APP")
+@click.option("--queues", "-q", metavar="Q1,Q2", help="Comma-separated queues to take jobs from "
+              "(default: every queue the app's jobs declare).")
+@click.option("--concurrency", "-c", type=click.IntRange(1, 1024), default=8, show_default=True,
+              help="Attempts run at once in each process (threads).")
+@click.option("--processes", "-p", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Worker processes; above 1 a supervisor starts, watches and restarts them.")
+@click.option("--burst", is_flag=True, help="Exit once nothing is runnable (scripts, tests, cron).")
+@click.option("--wait-scheduled", is_flag=True, help="With --burst: also wait for jobs scheduled later "
+              "(retries in backoff, delayed jobs).")
+@click.option("--grace", type=Duration(), default="30s", show_default=True,
+              help="On SIGTERM/SIGINT, how long running attempts may take to finish before they are "
+                   "released back to the queue.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one JSON object per line (timestamp, level, logger, message, job_key, ...).")
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+              default="INFO", show_default=True)
+def worker(target: str, queues: str | None, concurrency: int, processes: int, burst: bool, wait_scheduled: bool,
+           grace: float, log_format: str, log_level: str) -> None:
+    """Run workers for the app MODULE:APP (imported like uvicorn does; the current directory is importable).
+
+    Each attempt is logged at INFO with its key, job, outcome, state and duration. SIGTERM or
+    SIGINT stops claiming and lets running attempts finish within --grace, then releases the rest;
+    a second signal exits at once (unfinished attempts are rescued when their lease expires).
+
+    \b
+    Examples:
+      firesafe worker myapp:app --queues payments,default --concurrency 8
+      firesafe worker myapp:app --processes 4 --log-format json
+      firesafe worker myapp:app --burst          # drain what is runnable, then exit
+    """
+    from firesafe.cli import _logs
+
+    _logs.configure(log_format, log_level)
+    queue_list = parse_queues(queues)
+    app = load_app(target)
+    if processes > 1:
+        from firesafe.worker.supervisor import Supervisor
+
+        _ = app.store  # open and migrate once, before any child does, so a bad store fails here
+        app.close()
+        command = [sys.executable, "-m", "firesafe", "worker", target, "--concurrency", str(concurrency),
+                   "--processes", "1", "--grace", repr(grace), "--log-format", log_format,
+                   "--log-level", log_level]
+        if queue_list:
+            command += ["--queues", ",".join(queue_list)]
+        if burst:
+            command.append("--burst")
+        if wait_scheduled:
+            command.append("--wait-scheduled")
+        code = Supervisor(command, processes, burst=burst).run()
+        raise SystemExit(code)
+
+    w = app.worker(queue_list or None, concurrency=concurrency, burst=burst, wait_scheduled=wait_scheduled,
+                   grace=grace)
+    w.install_signal_handlers()
+    _watch_parent(w)
+    log.info("store %s", safe_url(app.store_url))
+    app._wake_hooks.append(w._wake.set)  # jobs that enqueue jobs wake this worker at once
+    try:
+        w.run()
+    except Exception:  # a bug, not a user mistake: keep the traceback in the log stream
+        log.critical("worker crashed", exc_info=True)
+        raise SystemExit(1) from None
+    finally:
+        app._wake_hooks.remove(w._wake.set)
+        app.close()
+
+
+@click.command()
+@click.argument("target", metavar="MODULE:APP")
+@click.argument("job_name", metavar="JOB_NAME")
+@click.option("--args", "args_", type=JSONValue(list), default="[]", metavar="JSON_LIST",
+              help="Positional arguments as a JSON list, e.g. '[\"o-1\", 100]'.")
+@click.option("--kwargs", "kwargs_", type=JSONValue(dict), default="{}", metavar="JSON_OBJECT",
+              help="Keyword arguments as a JSON object, e.g. '{\"amount\": 100}'.")
+@click.option("--key", help="The job's idempotency key (default: a new unique key).")
+@click.option("--delay", type=Duration(), default=None, help="Run no sooner than this from now: 30, 30s, 10m, 2h.")
+@click.option("--queue", help="Put the job in this queue instead of the job's own.")
+@json_option
+def enqueue(target: str, job_name: str, args_: list[Any], kwargs_: dict[str, Any], key: str | None,
+            delay: float | None, queue: str | None, as_json: bool) -> None:
+    """Enqueue one run of JOB_NAME declared by the app MODULE:APP; idempotent per --key.
+
+    An existing key with the same arguments prints the stored job (its state, and its result if
+    done) and runs nothing new; the same key with other arguments is an error (exit code 1).
+
+    \b
+    Examples:
+      firesafe enqueue myapp:app refund --args '["o-1", 100]' --key refund:o-1
+      firesafe enqueue myapp:app send_digest --kwargs '{"day": "2024-05-01"}' --delay 10m --json
+    """
+    reserved = sorted(RESERVED & set(kwargs_))
+    if reserved:
+        raise click.BadParameter(f"{', '.join(reserved)} cannot be a job argument (reserved by enqueue); "
+                                 "use --key/--delay/--queue", param_hint="--kwargs")
+    app = load_app(target)
+    try:
+        job = app.enqueue(job_name, *args_, key=key, delay=delay, queue=queue, **kwargs_)
+    except IdempotencyConflict as exc:
+        raise fail(f"{exc}; nothing was enqueued") from None
+    finally:
+        app.close()
+    if as_json:
+        echo_json({"created": job.created, **masked_job_dict(job, with_trace=False)})
+        return
+    if job.created:
+        click.echo(f"enqueued {job.key}  (job {job.name}, queue {job.queue}, state {job.state})")
+    else:
+        click.echo(f"{job.key} already exists (state {job.state}); nothing new was enqueued")
+        if job.result is not None:
+            click.echo(f"result: {to_json(mask(job.result))}")

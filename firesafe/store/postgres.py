@@ -1,0 +1,577 @@
+"""The server store: PostgreSQL, shared by any number of worker processes and machines.
+
+Tables live in their own schema (``?schema=NAME`` in the URL, default ``firesafe``). Claims use
+``FOR UPDATE SKIP LOCKED``; each batch (claim, finishes, heartbeats, rescues) is one statement, so it
+is atomic and costs one round trip. Times come from the database's clock unless a clock is injected
+(tests), so workers whose clocks disagree never steal a live lease. Enqueues ``NOTIFY`` the schema's
+channel when they commit; :meth:`PostgresStore.listen` lets an idle worker wake at once.
+Commits are synchronous (the server's default): a job whose enqueue returned survives a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import uuid
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+from psycopg.pq import TransactionStatus
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from firesafe.clock import Clock
+from firesafe.errors import ConfigError, InvalidInput, StoreError
+from firesafe.models import Job, attempt_from_row, event_from_row
+from firesafe.states import State
+from firesafe.store import queries
+from firesafe.store.base import (
+    Claimed,
+    ClaimParams,
+    Expired,
+    FinishParams,
+    InsertParams,
+    JobFilter,
+    Pending,
+    RescueParams,
+    Store,
+    check_existing,
+    dedupe_batch,
+)
+
+log = logging.getLogger("firesafe.store")
+
+DEFAULT_SCHEMA = "firesafe"
+#: Lower-case identifiers only, short enough that ``<schema>_jobs`` fits PostgreSQL's 63-byte names.
+_SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
+
+
+def parse_url(url: str) -> tuple[str, str]:
+    """Split a store URL into the libpq URL to connect with and firesafe's schema.
+
+    >>> parse_url("postgresql://postgres@127.0.0.1:5432/test?schema=jobs&sslmode=disable")
+    ('postgresql://postgres@127.0.0.1:5432/test?sslmode=disable', 'jobs')
+    >>> parse_url("postgres://db/app")
+    ('postgres://db/app', 'firesafe')
+    >>> parse_url("postgresql://db/app?schema=Robert';DROP")
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.ConfigError: invalid schema ...
+    """
+    parts = urlsplit(url)
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [v for k, v in params if k == "schema"]
+    if len(schemas) > 1:
+        raise ConfigError(f"the store URL gives ?schema= {len(schemas)} times; give it once")
+    schema = schemas[0] if schemas else DEFAULT_SCHEMA
+    if not _SCHEMA.match(schema) or schema.startswith("pg_") or schema == "information_schema":
+        raise ConfigError(
+            f"invalid schema {schema!r} in the store URL: use 1 to 48 lower-case letters, digits or '_', "
+            "starting with a letter or '_' (and not pg_*)")
+    rest = urlencode([(k, v) for k, v in params if k != "schema"])
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), schema
+
+
+def _where(url: str) -> str:
+    """Where a URL points, without its password."""
+    parts = urlsplit(url)
+    host = parts.hostname or "localhost"
+    port = f":{parts.port}" if parts.port else ""
+    user = f"{parts.username}@" if parts.username else ""
+    return f"postgresql://{user}{host}{port}{parts.path}"
+
+
+def _render(schema: str, channel: str) -> dict[str, str]:
+    """The dialect's named queries with the schema and channel substituted as quoted identifiers."""
+    ident = sql.Identifier(schema).as_string(None)
+    chan = sql.Identifier(channel).as_string(None)
+    return {name: text.replace("{schema}", ident).replace("{channel}", chan)
+            for name, text in queries.load("postgres").items()}
+
+
+# Fork safety: a child must never use, nor close, the connections it inherited (closing one sends
+# the server a Terminate message on the parent's socket). After a fork every store points its
+# inherited sockets at /dev/null and starts afresh.
+_STORES: weakref.WeakSet[PostgresStore] = weakref.WeakSet()
+_INHERITED: list[Any] = []  # objects of the parent, kept alive so they are never finalised mid-run
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_STORES):
+        store._forget_inherited()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class PostgresStore(Store):
+    dialect = "postgres"
+
+    def __init__(self, url: str, clock: Clock | None = None, *, pool_min: int = 1, pool_max: int = 8,
+                 timeout: float = 5.0, application_name: str = "firesafe") -> None:
+        self.url = url
+        self.conninfo, self.schema = parse_url(url)
+        self.where = f"{_where(url)} (schema {self.schema})"
+        self.clock = clock  # None: the database's clock (invariant 5)
+        self.channel = f"{self.schema}_jobs"
+        if pool_min < 0 or pool_max < max(1, pool_min):
+            raise ConfigError("pool sizes need 0 <= pool_min <= pool_max and pool_max >= 1")
+        self.pool_min, self.pool_max, self.timeout = pool_min, pool_max, timeout
+        self._connect_kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
+        given = dict(parse_qsl(urlsplit(self.conninfo).query))
+        if "application_name" not in given:
+            self._connect_kwargs["application_name"] = application_name
+        if "connect_timeout" not in given:
+            self._connect_kwargs["connect_timeout"] = max(1, round(timeout))
+        self.q = _render(self.schema, self.channel)
+        self._pool: ConnectionPool | None = None
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._conns: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
+        self._listeners: weakref.WeakSet[Listener] = weakref.WeakSet()
+        _STORES.add(self)
+
+    def __repr__(self) -> str:
+        return f"<PostgresStore {self.where}>"
+
+    # -- connections -------------------------------------------------------------------------
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        self._conns.add(conn)
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """A new connection outside the pool (for LISTEN); the caller closes it."""
+        conn = psycopg.connect(self.conninfo, **self._connect_kwargs)
+        self._conns.add(conn)
+        return conn
+
+    def _get_pool(self) -> ConnectionPool:
+        if self._pid != os.getpid():
+            self._forget_inherited()
+        pool = self._pool
+        if pool is None:
+            with self._lock:
+                pool = self._pool
+                if pool is None:
+                    pool = ConnectionPool(
+                        self.conninfo, kwargs=self._connect_kwargs, min_size=self.pool_min,
+                        max_size=self.pool_max, open=False, configure=self._configure, timeout=self.timeout,
+                        name=f"firesafe-{self.schema}")
+                    pool.open(wait=False)
+                    self._pool = pool
+        return pool
+
+    def _forget_inherited(self) -> None:
+        """In a forked child: drop the parent's pool and connections without touching their sockets."""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        try:
+            for conn in list(self._conns):
+                try:
+                    fd = conn.pgconn.socket
+                except Exception:  # already closed
+                    continue
+                os.dup2(devnull, fd)
+                _INHERITED.append(conn)
+        finally:
+            os.close(devnull)
+        self._conns = weakref.WeakSet()
+        if self._pool is not None:
+            _INHERITED.append(self._pool)
+            self._pool = None
+        self._listeners = weakref.WeakSet()
+
+    @contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled autocommit connection; database errors come out as :class:`StoreError`."""
+        pool = self._get_pool()
+        try:
+            with pool.connection() as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise self._unreachable(exc) from exc
+        except psycopg.Error as exc:
+            raise self._explain(exc) from exc
+
+    def _unreachable(self, exc: Exception) -> StoreError:
+        why = str(exc)
+        try:  # the pool only says it timed out: find out why a connection fails
+            psycopg.connect(self.conninfo, **{**self._connect_kwargs, "connect_timeout": 2}).close()
+        except psycopg.Error as cause:
+            why = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        else:
+            why = f"all {self.pool_max} pooled connections stayed busy for {self.timeout:g}s"
+        return StoreError(f"PostgreSQL store {self.where} is unreachable: {why}")
+
+    def _explain(self, exc: psycopg.Error) -> StoreError:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)):
+            msg = (f"PostgreSQL store {self.where} has no firesafe tables yet ({text}); "
+                   "run `firesafe migrate` (or open the App with auto_migrate=True)")
+        elif isinstance(exc, psycopg.OperationalError):
+            if self._pool is not None and not isinstance(exc, psycopg.errors.TransactionRollback):  # drop every idle connection that went down with this one
+                try:
+                    self._pool.check()
+                except Exception as check_exc:  # pragma: no cover - best effort
+                    log.debug("pool check failed: %s", check_exc)
+            msg = f"PostgreSQL store {self.where} failed: {text} (the connection was lost or the server refused)"
+        else:
+            msg = f"PostgreSQL store {self.where}: {text}"
+        err = StoreError(msg)
+        err.__cause__ = exc
+        return err
+
+    def _read(self, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        with self._conn() as c:
+            return c.execute(self.q[name], params or {}).fetchall()
+
+    def _write(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        with self._conn() as c:
+            cur = c.execute(self.q[name], params)
+            return cur.fetchall() if cur.description else []
+
+    def _now(self) -> float | None:
+        """The ``now`` parameter: the injected clock, else NULL (the database's clock)."""
+        return None if self.clock is None else self.clock.now()
+
+    def now(self) -> float:
+        if self.clock is not None:
+            return self.clock.now()
+        return float(self._read("clock_now")[0]["now"])
+
+    def close(self) -> None:
+        for listener in list(self._listeners):
+            listener.close()
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None and self._pid == os.getpid():
+            pool.close()
+
+    # -- schema ------------------------------------------------------------------------------
+    def _applied(self) -> set[int] | None:
+        with self._conn() as c:
+            if not c.execute(self.q["migrations_present"]).fetchone()["present"]:
+                return None
+            return {r["version"] for r in c.execute(self.q["migrations_applied"])}
+
+    def migrate(self) -> list[int]:
+        """Create or upgrade firesafe's schema; safe when many processes call it at once."""
+        wanted = queries.migrations("postgres")
+        done = self._applied()
+        if done is not None and all(v in done for v, _ in wanted):
+            return []
+        applied_now: list[int] = []
+        with self._conn() as c, c.transaction():
+            c.execute(self.q["migrate_lock"], {"lock": f"firesafe.migrate:{self.schema}"})
+            c.execute(self.q["schema_create"])
+            c.execute(self.q["migrations_create"])
+            done = {r["version"] for r in c.execute(self.q["migrations_applied"])}
+            for version, text in wanted:
+                if version in done:
+                    continue
+                c.execute(self.q["migrations_search_path"])
+                c.execute(text)  # no parameters: sent as one multi-statement script
+                c.execute(self.q["migration_record"], {"version": version, "now": self._now()})
+                applied_now.append(version)
+        if applied_now:
+            log.info("migrated %s to version %d", self.where, applied_now[-1])
+        return applied_now
+
+    def schema_version(self) -> int:
+        done = self._applied()
+        return max(done, default=0) if done else 0
+
+    # -- jobs --------------------------------------------------------------------------------
+    def job_insert_many(self, items: Sequence[InsertParams], conn: Any = None) -> list[Job]:
+        unique = dedupe_batch(items)
+        if not unique:
+            return []
+        params = {
+            "key": [i.key for i in unique], "name": [i.name for i in unique], "queue": [i.queue for i in unique],
+            "fingerprint": [i.fingerprint for i in unique], "payload": [i.payload for i in unique],
+            "arg_names": [i.arg_names for i in unique], "max_attempts": [i.max_attempts for i in unique],
+            "run_at": [i.run_at for i in unique], "delay": [float(i.delay) for i in unique],
+            "now": self._now(), "channel": self.channel,
+        }
+        if conn is None:
+            with self._conn() as c, c.transaction():
+                stored = self._insert(c, unique, params, prepare=None)
+        else:
+            stored = self._insert_in_callers_transaction(conn, unique, params)
+        return [stored[i.key] for i in items]
+
+    def _insert(self, c: psycopg.Connection[Any], unique: list[InsertParams], params: dict[str, Any],
+                prepare: bool | None) -> dict[str, Job]:
+        stored: dict[str, Job] = {}
+        with c.cursor(row_factory=dict_row) as cur:
+            for row in cur.execute(self.q["job_insert"], params, prepare=prepare):
+                job = Job.from_row(row)
+                job.created = row["created"]
+                stored[job.key] = job
+            missing = [i.key for i in unique if i.key not in stored]
+            if missing:  # committed by a concurrent enqueue after this statement took its snapshot
+                for row in cur.execute(self.q["job_by_keys"], {"keys": missing}, prepare=prepare):
+                    stored[row["key"]] = Job.from_row(row)
+            if len(stored) < len(unique):
+                raise StoreError(
+                    f"PostgreSQL store {self.where}: a concurrent enqueue holds key(s) "
+                    f"{', '.join(sorted(set(missing) - set(stored))[:5])} that this transaction cannot see "
+                    "(REPEATABLE READ or SERIALIZABLE?); retry the transaction")
+        check_existing(unique, stored)  # raises: the caller rolls this batch back
+        return stored
+
+    def _insert_in_callers_transaction(self, conn: Any, unique: list[InsertParams],
+                                       params: dict[str, Any]) -> dict[str, Job]:
+        """Write inside the caller's open transaction: the jobs exist iff the caller commits."""
+        if not isinstance(conn, psycopg.Connection):
+            raise InvalidInput(
+                f"enqueue(conn=...) takes a psycopg 3 Connection (sync), not {type(conn).__name__}")
+        status = conn.info.transaction_status
+        if conn.closed or status == TransactionStatus.UNKNOWN:
+            raise InvalidInput("enqueue(conn=...) was given a closed connection")
+        if status == TransactionStatus.INERROR:
+            raise InvalidInput("the transaction of the connection given to enqueue(conn=...) has already "
+                               "failed; roll it back first")
+        if status == TransactionStatus.ACTIVE:
+            raise InvalidInput("the connection given to enqueue(conn=...) is busy running another query")
+        if conn.autocommit and status == TransactionStatus.IDLE:
+            raise InvalidInput("enqueue(conn=...) joins the caller's transaction, but this connection has none "
+                               "open (autocommit): wrap the work in `with conn.transaction():`")
+        try:
+            # The caller's connection: no server-side prepared statements left behind on it.
+            conn.execute(self.q["savepoint"], prepare=False)
+            try:
+                stored = self._insert(conn, unique, params, prepare=False)
+            except BaseException:
+                if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+                    conn.execute(self.q["savepoint_rollback"], prepare=False)
+                    conn.execute(self.q["savepoint_release"], prepare=False)
+                raise
+            conn.execute(self.q["savepoint_release"], prepare=False)
+        except psycopg.errors.UndefinedTable as exc:
+            raise StoreError(
+                f"the connection given to enqueue(conn=...) sees no firesafe tables in schema {self.schema!r} "
+                f"({exc}); is it connected to the store's database ({self.where})?") from exc
+        except psycopg.Error as exc:
+            raise self._explain(exc) from exc
+        return stored
+
+    def job_get(self, key: str, *, full: bool = False) -> Job | None:
+        with self._conn() as c:
+            row = c.execute(self.q["job_by_key"], {"key": key}).fetchone()
+            if row is None:
+                return None
+            job = Job.from_row(row)
+            if full:
+                job.trace = [attempt_from_row(r) for r in c.execute(self.q["attempts_of_job"], {"job_id": job.id})]
+                job.events = [event_from_row(r) for r in c.execute(self.q["events_of_job"], {"job_id": job.id})]
+        return job
+
+    def job_claim(self, params: ClaimParams) -> list[Claimed]:
+        token = uuid.uuid4().hex
+        rows = self._write("job_claim", {
+            "token": token, "now": self._now(), "lease": params.lease, "worker": params.worker,
+            "queues": list(params.queues), "limit": params.limit})
+        return [Claimed(Job.from_row(r), token) for r in rows]
+
+    def job_finish_many(self, items: Sequence[FinishParams]) -> list[bool]:
+        if not items:
+            return []
+        rows = self._write("job_finish", {
+            "job_id": [i.job_id for i in items], "token": [i.token for i in items], "seq": [i.seq for i in items],
+            "state": [str(i.state) for i in items], "outcome": [str(i.outcome) for i in items],
+            "delay": [i.delay for i in items], "given_back": [i.given_back for i in items],
+            "result": [i.result for i in items], "error_type": [i.error_type for i in items],
+            "message": [i.message for i in items], "traceback": [i.traceback for i in items],
+            "reason": [i.reason for i in items], "detail": [i.detail for i in items], "now": self._now()})
+        applied = {r["id"] for r in rows}
+        return [i.job_id in applied for i in items]
+
+    def job_heartbeat_many(self, items: Sequence[tuple[int, str]], lease: float) -> dict[int, bool]:
+        if not items:
+            return {}
+        rows = self._write("job_heartbeat", {"job_id": [i for i, _ in items], "token": [t for _, t in items],
+                                             "lease": lease, "now": self._now()})
+        return {r["id"]: bool(r["cancel_requested"]) for r in rows}
+
+    def job_list_expired(self, limit: int) -> list[Expired]:
+        rows = self._read("job_list_expired", {"now": self._now(), "limit": limit})
+        return [Expired(r["id"], r["name"], r["lease_token"], r["attempt"], r["max_attempts"], r["deferrals"],
+                        r["lost"], r["runs"], bool(r["cancel_requested"])) for r in rows]
+
+    def job_rescue_many(self, items: Sequence[RescueParams]) -> list[bool]:
+        if not items:
+            return []
+        rows = self._write("job_rescue", {
+            "job_id": [i.job_id for i in items], "token": [i.token for i in items], "seq": [i.seq for i in items],
+            "state": [str(i.state) for i in items], "delay": [i.delay for i in items],
+            "reason": [i.reason for i in items], "message": [i.message for i in items], "now": self._now()})
+        applied = {r["id"] for r in rows}
+        return [i.job_id in applied for i in items]
+
+    @staticmethod
+    def _filter_params(f: JobFilter) -> dict[str, Any]:
+        return {"state": f.state, "name": f.name, "queue": f.queue, "error_type": f.error_type,
+                "since": f.since, "until": f.until, "keys": list(f.keys) if f.keys is not None else None,
+                "limit": f.limit, "offset": f.offset}
+
+    def job_list(self, filt: JobFilter) -> list[Job]:
+        return [Job.from_row(r) for r in self._read("job_list", self._filter_params(filt))]
+
+    def job_count(self, filt: JobFilter) -> int:
+        return int(self._read("job_count", self._filter_params(filt))[0]["n"])
+
+    def _move_many(self, query: str, kind: str, ids: Sequence[int], actor: str) -> list[int]:
+        if not ids:
+            return []
+        rows = self._write(query, {"ids": list(ids), "kind": kind, "actor": actor, "now": self._now(),
+                                   "channel": self.channel})
+        moved = {r["id"] for r in rows}
+        return [i for i in ids if i in moved]
+
+    def job_replay_many(self, ids: Sequence[int], actor: str) -> list[int]:
+        return self._move_many("job_replay", "replayed", ids, actor)
+
+    def job_discard_many(self, ids: Sequence[int], actor: str) -> list[int]:
+        return self._move_many("job_discard", "discarded", ids, actor)
+
+    def job_cancel(self, job_id: int, actor: str) -> str:
+        if self._move_many("job_cancel_waiting", "cancelled", [job_id], actor):
+            return "cancelled"
+        if self._move_many("job_cancel_running", "cancel_requested", [job_id], actor):
+            return "requested"
+        return "finished"
+
+    def job_delete_finished(self, state: State, older_than: float, limit: int = 1000) -> int:
+        with self._conn() as c:
+            return c.execute(self.q["job_delete_finished"], {
+                "state": str(state), "older_than": older_than, "limit": limit, "now": self._now()}).rowcount
+
+    def job_stats(self) -> list[tuple[str, str, int]]:
+        return [(r["queue"], r["state"], r["n"]) for r in self._read("job_stats")]
+
+    def job_pending(self, queues: Sequence[str]) -> Pending:
+        r = self._read("job_pending", {"now": self._now(), "queues": list(queues)})[0]
+        return Pending(r["runnable"], r["running"], r["next_at"])
+
+    # -- workers and leaders -----------------------------------------------------------------
+    def worker_beat(self, worker_id: str, host: str, pid: int, queues: Sequence[str]) -> None:
+        self._write("worker_beat", {"id": worker_id, "host": host, "pid": pid, "queues": ",".join(queues),
+                                    "now": self._now()})
+
+    def worker_remove(self, worker_id: str) -> None:
+        self._write("worker_remove", {"id": worker_id})
+
+    def worker_list(self) -> list[dict[str, Any]]:
+        return self._read("worker_list")
+
+    def leader_acquire(self, name: str, holder: str, ttl: float) -> bool:
+        return bool(self._write("leader_acquire", {"name": name, "holder": holder, "ttl": ttl, "now": self._now()}))
+
+    def leader_release(self, name: str, holder: str) -> None:
+        self._write("leader_release", {"name": name, "holder": holder})
+
+    # -- wake-ups ----------------------------------------------------------------------------
+    def listen(self, queues: Sequence[str], wake: Callable[[], None] | None = None) -> Listener:
+        """Start listening for new runnable jobs in ``queues``; ``wake`` is called for each arrival.
+
+        The listener also calls ``wake`` whenever it (re)connects, since jobs may have arrived while
+        it was not listening. Close it with :meth:`Listener.close`.
+        """
+        if self._pid != os.getpid():
+            self._forget_inherited()
+        listener = Listener(self, queues, wake)
+        self._listeners.add(listener)
+        return listener
+
+    def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> bool:
+        """Block until a job arrives in ``queues`` (True) or ``timeout`` seconds pass (False)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        listener = self.listen(queues)
+        try:
+            if not listener.ready(timeout):
+                return False
+            listener.wait(0)  # forget the wake-up every (re)connect gives
+            return listener.wait(max(0.0, deadline - time.monotonic()))
+        finally:
+            listener.close()
+
+
+class Listener:
+    """A background thread on its own connection, LISTENing to a store's wake-up channel.
+
+    Guarantees: a notification for one of its queues calls ``wake`` within milliseconds; after a
+    lost connection it reconnects with backoff and calls ``wake`` (polling covers the gap).
+    """
+
+    POLL = 0.25  # how often the thread looks at its stop flag while waiting for notifications
+
+    def __init__(self, store: PostgresStore, queues: Sequence[str], wake: Callable[[], None] | None) -> None:
+        self.store = store
+        self.queues = frozenset(queues)
+        self._wake = wake
+        self._arrived = threading.Event()
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"firesafe-listen-{store.schema}", daemon=True)
+        self._thread.start()
+
+    def _fire(self) -> None:
+        self._arrived.set()
+        if self._wake is not None:
+            self._wake()
+
+    def _run(self) -> None:
+        pause = 0.1
+        while not self._stop.is_set():
+            try:
+                conn = self.store.connect()
+            except psycopg.Error as exc:
+                log.warning("cannot listen for new jobs on %s (%s); polling meanwhile, retrying in %.1fs",
+                            self.store.where, str(exc).strip(), pause)
+                self._stop.wait(pause)
+                pause = min(pause * 2, 5.0)
+                continue
+            try:
+                conn.execute(self.store.q["listen"])
+                self._ready.set()
+                self._fire()  # anything enqueued while we were not listening
+                pause = 0.1
+                while not self._stop.is_set():
+                    for note in conn.notifies(timeout=self.POLL):
+                        if note.payload in self.queues:
+                            self._fire()
+            except psycopg.Error as exc:
+                if not self._stop.is_set():
+                    log.warning("lost the LISTEN connection to %s (%s); reconnecting", self.store.where,
+                                str(exc).strip())
+                    self._stop.wait(pause)
+            finally:
+                self._ready.clear()
+                conn.close()
+
+    def ready(self, timeout: float) -> bool:
+        """Wait until the listener is subscribed (True) or ``timeout`` passes."""
+        return self._ready.wait(timeout)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait for the next arrival (True) or ``timeout`` seconds (False); resets after returning True."""
+        got = self._arrived.wait(timeout)
+        self._arrived.clear()
+        return got
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(self.POLL * 4)

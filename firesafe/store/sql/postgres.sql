@@ -1,0 +1,403 @@
+-- Named queries of the PostgreSQL store. The SQLite file holds the same names.
+-- {schema} is replaced by firesafe's schema, validated and quoted as an identifier (psycopg.sql) when
+-- the store opens; values are always parameters (psycopg's named placeholders).
+-- Lists arrive as arrays (SQLite reads JSON text with json_each()).
+-- The clock (invariant 5): :now is NULL unless a test injected a clock, so production writes use the
+-- database's clock. Each statement reads it once, in a MATERIALIZED "clock" CTE, so every time written
+-- by one statement is the same instant.
+-- Batches: where SQLite loops over items in one transaction, PostgreSQL sends the whole batch as arrays
+-- in one statement (one round trip, atomic without an explicit transaction).
+
+-- name: schema_create
+-- firesafe's own schema, so its tables never collide with the application's (PostgreSQL only).
+CREATE SCHEMA IF NOT EXISTS {schema};
+
+-- name: migrate_lock
+-- Serialise concurrent migrate() calls on this schema until the transaction ends (PostgreSQL only).
+SELECT pg_advisory_xact_lock(hashtext(%(lock)s));
+
+-- name: migrations_search_path
+-- Migration files are unqualified DDL: run them inside firesafe's schema (PostgreSQL only).
+SET LOCAL search_path TO {schema};
+
+-- name: migrations_present
+-- Whether the migrations table exists yet (PostgreSQL only; SQLite asks sqlite_master).
+SELECT to_regclass('{schema}.firesafe_migrations') IS NOT NULL AS present;
+
+-- name: migrations_create
+-- The table that records which numbered migrations ran.
+CREATE TABLE IF NOT EXISTS {schema}.firesafe_migrations (
+    version integer PRIMARY KEY,
+    applied_at double precision NOT NULL);
+
+-- name: migrations_applied
+-- Versions already applied.
+SELECT version FROM {schema}.firesafe_migrations ORDER BY version;
+
+-- name: migration_record
+-- Record that one migration ran.
+INSERT INTO {schema}.firesafe_migrations (version, applied_at)
+VALUES (%(version)s, coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8));
+
+-- name: clock_now
+-- The database's clock, in seconds since the epoch (PostgreSQL only: SQLite uses the process clock).
+SELECT extract(epoch FROM clock_timestamp())::float8 AS now;
+
+-- name: listen
+-- Subscribe this connection to the schema's wake-up channel (PostgreSQL only).
+LISTEN {channel};
+
+-- name: savepoint
+-- Fence an enqueue inside the caller's transaction (enqueue(conn=...)), so a conflict undoes only it.
+SAVEPOINT firesafe_enqueue;
+
+-- name: savepoint_rollback
+-- Undo what the enqueue wrote; the caller's transaction goes on.
+ROLLBACK TO SAVEPOINT firesafe_enqueue;
+
+-- name: savepoint_release
+-- Keep what the enqueue wrote as part of the caller's transaction.
+RELEASE SAVEPOINT firesafe_enqueue;
+
+-- name: job_max_id
+-- The highest id so far. Unused on PostgreSQL (job_insert's RETURNING tells which rows are new);
+-- kept so both dialect files define the same names.
+SELECT coalesce(max(id), 0) AS max_id FROM {schema}.firesafe_jobs;
+
+-- name: job_insert
+-- Insert a batch of jobs unless their key exists (the unique key decides; the caller compares
+-- fingerprints). Returns the new rows (created true) and the rows stored before (created false).
+-- PostgreSQL differs: the whole batch is one statement over arrays. Ids are drawn in enqueue order
+-- (claims run a batch FIFO), but rows are written in key order, so two overlapping batches take their
+-- key locks in the same order and cannot deadlock. RETURNING says which rows are new. pg_notify wakes
+-- listening workers once the transaction commits (the caller's, with enqueue(conn=...)); it runs once
+-- per queue, from the woken subquery, when any row was inserted.
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
+input AS MATERIALIZED (
+    SELECT nextval('{schema}.firesafe_jobs_id_seq'::regclass) AS id, i.*
+    FROM unnest(%(key)s::text[], %(name)s::text[], %(queue)s::text[], %(fingerprint)s::text[],
+                %(payload)s::text[], %(arg_names)s::text[], %(max_attempts)s::int[],
+                %(run_at)s::float8[], %(delay)s::float8[]) WITH ORDINALITY
+         AS i(key, name, queue, fingerprint, payload, arg_names, max_attempts, run_at, delay, ord)
+    ORDER BY i.ord),
+inserted AS (
+    INSERT INTO {schema}.firesafe_jobs (id, key, name, queue, fingerprint, payload, arg_names, state,
+                                        max_attempts, run_at, created_at, updated_at)
+    SELECT i.id, i.key, i.name, i.queue, i.fingerprint, i.payload, i.arg_names,
+           CASE WHEN coalesce(i.run_at, c.now + i.delay) > c.now THEN 'scheduled' ELSE 'queued' END,
+           i.max_attempts, coalesce(i.run_at, c.now + i.delay), c.now, c.now
+    FROM input i CROSS JOIN clock c
+    ORDER BY i.key
+    ON CONFLICT (key) DO NOTHING
+    RETURNING *),
+woken AS (
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'queued') q)
+SELECT j.*, true AS created, (SELECT count(*) FROM woken) AS woken FROM inserted j
+UNION ALL
+SELECT j.*, false AS created, 0 AS woken FROM {schema}.firesafe_jobs j WHERE j.key = ANY(%(key)s::text[]);
+
+-- name: job_by_keys
+-- Jobs whose key is in a list.
+SELECT * FROM {schema}.firesafe_jobs WHERE key = ANY(%(keys)s::text[]);
+
+-- name: job_by_key
+-- One job by key.
+SELECT * FROM {schema}.firesafe_jobs WHERE key = %(key)s;
+
+-- name: job_claim
+-- Claim up to :limit runnable jobs of the given queues for one attempt each, under one lease token.
+-- PostgreSQL differs: FOR UPDATE SKIP LOCKED lets concurrent workers claim disjoint rows without
+-- waiting on each other (SQLite has one writer at a time), and the attempts are opened in the same
+-- statement (attempt_open's work), so a claim is one atomic round trip.
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
+picked AS (
+    SELECT j.id FROM {schema}.firesafe_jobs j
+    WHERE j.state IN ('queued', 'scheduled') AND j.run_at <= (SELECT now FROM clock)
+      AND j.queue = ANY(%(queues)s::text[])
+    ORDER BY j.run_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED),
+claimed AS (
+    UPDATE {schema}.firesafe_jobs j
+    SET state = 'running', lease_token = %(token)s, lease_expires = c.now + %(lease)s::float8,
+        worker = %(worker)s, attempt = j.attempt + 1, runs = j.runs + 1, updated_at = c.now
+    FROM picked p CROSS JOIN clock c
+    WHERE j.id = p.id
+    RETURNING j.*),
+opened AS (
+    INSERT INTO {schema}.firesafe_attempts (job_id, seq, attempt, worker, started_at)
+    SELECT id, runs, attempt, worker, updated_at FROM claimed)
+SELECT * FROM claimed ORDER BY run_at, id;
+
+-- name: attempt_open
+-- Open the trace entry of a claimed attempt. (On PostgreSQL job_claim does this in the same statement.)
+INSERT INTO {schema}.firesafe_attempts (job_id, seq, attempt, worker, started_at)
+VALUES (%(job_id)s, %(seq)s, %(attempt)s, %(worker)s,
+        coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8));
+
+-- name: job_finish
+-- End running attempts: each applies only if its job is still running under its lease token (fencing).
+-- PostgreSQL differs: the batch is one statement over arrays; it returns the ids that applied (the
+-- row count per item) and closes their trace entries (attempt_close's work) in the same statement.
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
+f AS MATERIALIZED (
+    SELECT * FROM unnest(%(job_id)s::bigint[], %(token)s::text[], %(seq)s::int[], %(state)s::text[],
+                         %(outcome)s::text[], %(delay)s::float8[], %(given_back)s::int[], %(result)s::text[],
+                         %(error_type)s::text[], %(message)s::text[], %(traceback)s::text[],
+                         %(reason)s::text[], %(detail)s::text[])
+        AS f(job_id, token, seq, state, outcome, delay, given_back, result, error_type, message, traceback,
+             reason, detail)),
+done AS (
+    UPDATE {schema}.firesafe_jobs j
+    SET state = f.state, lease_token = NULL, lease_expires = NULL,
+        run_at = CASE WHEN f.delay IS NULL THEN j.run_at ELSE c.now + f.delay END,
+        attempt = j.attempt - f.given_back, deferrals = j.deferrals + f.given_back,
+        result = coalesce(f.result, j.result),
+        error_type = coalesce(f.error_type, j.error_type),
+        error_message = coalesce(f.message, j.error_message),
+        reason = f.reason,
+        finished_at = CASE WHEN f.state IN ('succeeded', 'dead', 'cancelled') THEN c.now ELSE NULL END,
+        updated_at = c.now
+    FROM f CROSS JOIN clock c
+    WHERE j.id = f.job_id AND j.state = 'running' AND j.lease_token = f.token
+    RETURNING j.id),
+closed AS (
+    UPDATE {schema}.firesafe_attempts a
+    SET ended_at = c.now, outcome = f.outcome, error_type = f.error_type, message = f.message,
+        traceback = f.traceback, detail = f.detail
+    FROM f JOIN done d ON d.id = f.job_id CROSS JOIN clock c
+    WHERE a.job_id = f.job_id AND a.seq = f.seq AND a.outcome IS NULL)
+SELECT id FROM done;
+
+-- name: attempt_close
+-- Close an attempt's trace entry with its outcome. (On PostgreSQL job_finish and job_rescue do this.)
+UPDATE {schema}.firesafe_attempts
+SET ended_at = coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8),
+    outcome = %(outcome)s, error_type = %(error_type)s, message = %(message)s,
+    traceback = %(traceback)s, detail = %(detail)s
+WHERE job_id = %(job_id)s AND seq = %(seq)s AND outcome IS NULL;
+
+-- name: job_heartbeat
+-- Extend running attempts' leases where still held; tells whether a cancel was asked for.
+-- PostgreSQL differs: the batch is one statement over arrays.
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
+h AS (SELECT * FROM unnest(%(job_id)s::bigint[], %(token)s::text[]) AS h(job_id, token))
+UPDATE {schema}.firesafe_jobs j SET lease_expires = c.now + %(lease)s::float8
+FROM h CROSS JOIN clock c
+WHERE j.id = h.job_id AND j.state = 'running' AND j.lease_token = h.token
+RETURNING j.id, j.cancel_requested;
+
+-- name: job_list_expired
+-- Running jobs whose lease has run out (their worker died or hung).
+SELECT id, name, lease_token, attempt, max_attempts, deferrals, lost, runs, cancel_requested
+FROM {schema}.firesafe_jobs
+WHERE state = 'running'
+  AND lease_expires < coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+ORDER BY lease_expires LIMIT %(limit)s;
+
+-- name: job_rescue
+-- Take expired attempts back: fenced on the token seen and on the lease still being expired.
+-- PostgreSQL differs: one statement over arrays that also closes the attempts as lost; rows locked by
+-- someone else (their worker is finishing them right now) are skipped, not waited for, so a rescue
+-- never deadlocks with a batch of finishes.
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
+r AS MATERIALIZED (
+    SELECT * FROM unnest(%(job_id)s::bigint[], %(token)s::text[], %(seq)s::int[], %(state)s::text[],
+                         %(delay)s::float8[], %(reason)s::text[], %(message)s::text[])
+        AS r(job_id, token, seq, state, delay, reason, message)),
+target AS (
+    SELECT j.id FROM {schema}.firesafe_jobs j JOIN r ON r.job_id = j.id
+    WHERE j.state = 'running' AND j.lease_token = r.token AND j.lease_expires < (SELECT now FROM clock)
+    ORDER BY j.id
+    FOR UPDATE OF j SKIP LOCKED),
+moved AS (
+    UPDATE {schema}.firesafe_jobs j
+    SET state = r.state, lease_token = NULL, lease_expires = NULL, lost = j.lost + 1,
+        run_at = CASE WHEN r.delay IS NULL THEN j.run_at ELSE c.now + r.delay END,
+        error_type = 'WorkerLost', error_message = r.message, reason = r.reason,
+        finished_at = CASE WHEN r.state IN ('dead', 'cancelled') THEN c.now ELSE NULL END,
+        updated_at = c.now
+    FROM target t JOIN r ON r.job_id = t.id CROSS JOIN clock c
+    WHERE j.id = t.id AND j.state = 'running' AND j.lease_token = r.token AND j.lease_expires < c.now
+    RETURNING j.id),
+closed AS (
+    UPDATE {schema}.firesafe_attempts a
+    SET ended_at = c.now, outcome = 'lost', error_type = 'WorkerLost', message = r.message,
+        traceback = NULL, detail = NULL
+    FROM moved m JOIN r ON r.job_id = m.id CROSS JOIN clock c
+    WHERE a.job_id = r.job_id AND a.seq = r.seq AND a.outcome IS NULL)
+SELECT id FROM moved;
+
+-- name: job_replay
+-- Put dead or cancelled jobs back in their queue with a fresh attempt budget; their history stays.
+-- PostgreSQL differs: a batch of ids in one statement that also records the event (event_insert's
+-- work) and wakes listening workers.
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
+moved AS (
+    UPDATE {schema}.firesafe_jobs j
+    SET state = 'queued', attempt = 0, deferrals = 0, lost = 0, run_at = c.now, reason = NULL,
+        finished_at = NULL, cancel_requested = false, updated_at = c.now
+    FROM clock c
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state IN ('dead', 'cancelled')
+    RETURNING j.id, j.queue, c.now AS at),
+recorded AS (
+    INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
+    SELECT id, at, %(kind)s, %(actor)s, NULL FROM moved),
+woken AS (
+    SELECT pg_notify(%(channel)s, q.queue) FROM (SELECT DISTINCT queue FROM moved) q)
+SELECT id, (SELECT count(*) FROM woken) AS woken FROM moved;
+
+-- name: job_discard
+-- Take dead jobs out of the dead letters on purpose.
+-- PostgreSQL differs: a batch of ids in one statement that also records the event.
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
+moved AS (
+    UPDATE {schema}.firesafe_jobs j
+    SET state = 'cancelled', reason = 'discarded', finished_at = c.now, updated_at = c.now
+    FROM clock c
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'dead'
+    RETURNING j.id, c.now AS at),
+recorded AS (
+    INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
+    SELECT id, at, %(kind)s, %(actor)s, NULL FROM moved)
+SELECT id FROM moved;
+
+-- name: job_cancel_waiting
+-- Cancel jobs that wait: at once.
+-- PostgreSQL differs: a batch of ids in one statement that also records the event.
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
+moved AS (
+    UPDATE {schema}.firesafe_jobs j
+    SET state = 'cancelled', reason = 'cancelled', finished_at = c.now, updated_at = c.now
+    FROM clock c
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state IN ('queued', 'scheduled')
+    RETURNING j.id, c.now AS at),
+recorded AS (
+    INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
+    SELECT id, at, %(kind)s, %(actor)s, NULL FROM moved)
+SELECT id FROM moved;
+
+-- name: job_cancel_running
+-- Ask running jobs to stop; each attempt records the cancel when it ends.
+-- PostgreSQL differs: a batch of ids in one statement that also records the event.
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
+moved AS (
+    UPDATE {schema}.firesafe_jobs j
+    SET cancel_requested = true, updated_at = c.now
+    FROM clock c
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'running'
+    RETURNING j.id, c.now AS at),
+recorded AS (
+    INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
+    SELECT id, at, %(kind)s, %(actor)s, NULL FROM moved)
+SELECT id FROM moved;
+
+-- name: event_insert
+-- Record an event of a job.
+INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
+VALUES (%(job_id)s, coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8),
+        %(kind)s, %(actor)s, %(detail)s);
+
+-- name: attempts_of_job
+-- The trace of one job, oldest first.
+SELECT * FROM {schema}.firesafe_attempts WHERE job_id = %(job_id)s ORDER BY seq;
+
+-- name: events_of_job
+-- The events of one job, oldest first.
+SELECT * FROM {schema}.firesafe_events WHERE job_id = %(job_id)s ORDER BY id;
+
+-- name: job_list
+-- Jobs matching optional filters, newest first.
+SELECT * FROM {schema}.firesafe_jobs
+WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(error_type)s::text IS NULL OR error_type = %(error_type)s::text)
+  AND (%(since)s::float8 IS NULL OR updated_at >= %(since)s::float8)
+  AND (%(until)s::float8 IS NULL OR updated_at < %(until)s::float8)
+  AND (%(keys)s::text[] IS NULL OR key = ANY(%(keys)s::text[]))
+ORDER BY id DESC LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: job_count
+-- How many jobs match the same filters as job_list.
+SELECT count(*) AS n FROM {schema}.firesafe_jobs
+WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(error_type)s::text IS NULL OR error_type = %(error_type)s::text)
+  AND (%(since)s::float8 IS NULL OR updated_at >= %(since)s::float8)
+  AND (%(until)s::float8 IS NULL OR updated_at < %(until)s::float8)
+  AND (%(keys)s::text[] IS NULL OR key = ANY(%(keys)s::text[]));
+
+-- name: job_stats
+-- Counts by queue and state.
+SELECT queue, state, count(*) AS n FROM {schema}.firesafe_jobs GROUP BY queue, state ORDER BY queue, state;
+
+-- name: job_pending
+-- What is left for a burst worker: runnable now, running, and when the next waiting job is due.
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now)
+SELECT
+    (SELECT count(*) FROM {schema}.firesafe_jobs WHERE state IN ('queued', 'scheduled')
+        AND run_at <= (SELECT now FROM clock) AND queue = ANY(%(queues)s::text[])) AS runnable,
+    (SELECT count(*) FROM {schema}.firesafe_jobs WHERE state = 'running'
+        AND queue = ANY(%(queues)s::text[])) AS running,
+    (SELECT min(run_at) FROM {schema}.firesafe_jobs WHERE state IN ('queued', 'scheduled')
+        AND queue = ANY(%(queues)s::text[])) AS next_at;
+
+-- name: job_delete_finished
+-- Delete up to :limit jobs in one finished state that finished more than :older_than seconds ago
+-- (frees their keys). PostgreSQL differs: the cut-off is computed from the database's clock.
+DELETE FROM {schema}.firesafe_jobs WHERE id IN (
+    SELECT id FROM {schema}.firesafe_jobs
+    WHERE state = %(state)s
+      AND finished_at < coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+                        - %(older_than)s::float8
+    LIMIT %(limit)s);
+
+-- name: worker_beat
+-- Record that a worker is alive.
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now)
+INSERT INTO {schema}.firesafe_workers AS w (id, host, pid, queues, started_at, last_seen)
+SELECT %(id)s, %(host)s, %(pid)s, %(queues)s, c.now, c.now FROM clock c
+ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen;
+
+-- name: worker_remove
+-- A worker that stopped cleanly.
+DELETE FROM {schema}.firesafe_workers WHERE id = %(id)s;
+
+-- name: worker_list
+-- Workers seen, most recent first.
+SELECT * FROM {schema}.firesafe_workers ORDER BY last_seen DESC;
+
+-- name: worker_prune
+-- Forget workers not seen for :older_than seconds. PostgreSQL differs: the cut-off comes from the
+-- database's clock (SQLite takes :before).
+DELETE FROM {schema}.firesafe_workers
+WHERE last_seen < coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+                  - %(older_than)s::float8;
+
+-- name: leader_acquire
+-- Take or renew a named leader lease; returns a row only to the holder.
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now)
+INSERT INTO {schema}.firesafe_leaders AS l (name, holder, expires_at)
+SELECT %(name)s, %(holder)s, c.now + %(ttl)s::float8 FROM clock c
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE l.holder = excluded.holder OR l.expires_at < excluded.expires_at - %(ttl)s::float8
+RETURNING holder;
+
+-- name: leader_release
+-- Give a leader lease up.
+DELETE FROM {schema}.firesafe_leaders WHERE name = %(name)s AND holder = %(holder)s;

@@ -1,0 +1,142 @@
+"""`python -m firesafe worker` as real processes: burst, JSON logs, several processes, signals, bad stores."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from firesafe import App
+from tests.cli.conftest import AppModule, run_cli, start_cli, wait_for, write_app
+
+
+def enqueue_adds(appmod: AppModule, n: int) -> list[str]:
+    module = appmod.load()
+    jobs = module.add.enqueue_many([{"args": [i, i], "key": f"add:{i}"} for i in range(n)])
+    module.app.close()
+    return [j.key for j in jobs]
+
+
+def states(url: str) -> dict[str, str]:
+    app = App(url, auto_migrate=False)
+    try:
+        return {j.key: str(j.state) for j in app.jobs_list(limit=10_000)}
+    finally:
+        app.close()
+
+
+def test_burst_worker_runs_everything_and_logs_json_lines(appmod: AppModule) -> None:
+    keys = enqueue_adds(appmod, 5)
+    module = appmod.load()
+    module.charge.enqueue("bad-1", api_key="sk-live-777", key="charge:bad")
+    module.app.close()
+    proc = run_cli(["worker", appmod.target, "--burst", "--wait-scheduled", "--log-format", "json"], appmod.dir)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stderr.splitlines()]  # every line is one JSON object
+    assert all({"timestamp", "level", "logger", "message"} <= set(r) for r in lines)
+    attempts = [r for r in lines if "job_key" in r]
+    assert sorted(r["job_key"] for r in attempts if r["outcome"] == "succeeded") == sorted(keys)
+    assert [r["state"] for r in attempts if r["job_key"] == "charge:bad"] == ["scheduled", "dead"]
+    assert all(r["level"] == "INFO" and r["logger"] == "firesafe.worker" and r["duration"] >= 0 for r in attempts)
+    assert "sk-live-777" not in proc.stderr
+    assert sorted(appmod.effects()) == sorted(keys)
+    assert states(appmod.url) == {**dict.fromkeys(keys, "succeeded"), "charge:bad": "dead"}
+
+
+def test_two_processes_in_burst_do_every_job_exactly_once(appmod: AppModule) -> None:
+    keys = enqueue_adds(appmod, 60)
+    proc = run_cli(["worker", appmod.target, "--processes", "2", "--concurrency", "2", "--burst"], appmod.dir)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("firesafe.supervisor: worker process") >= 4  # 2 started, 2 finished
+    started = {line.split("[")[1].split("]")[0] for line in proc.stderr.splitlines() if "worker " in line
+               and " started: queues=" in line}
+    assert len(started) == 2  # two child processes, each its own pid
+    effects = appmod.effects()
+    assert sorted(effects) == sorted(keys) and len(effects) == len(set(effects)) == 60
+    assert set(states(appmod.url).values()) == {"succeeded"}
+
+
+@pytest.mark.parametrize("grace, outcome", [("30s", "succeeded"), ("0.2", "interrupted")])
+def test_sigterm_finishes_or_releases_the_running_job(appmod: AppModule, grace: str, outcome: str) -> None:
+    module = appmod.load()
+    seconds = 0.6 if outcome == "succeeded" else 30.0
+    module.slow.enqueue("s1", seconds, key="slow:1")
+    module.app.close()
+    log = appmod.dir / "worker.log"
+    proc = start_cli(["worker", appmod.target, "--grace", grace], appmod.dir, log)
+    try:
+        wait_for(lambda: (appmod.dir / "s1.started").exists(), what="the job to start")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    app = App(appmod.url, auto_migrate=False)
+    job = app.get("slow:1")
+    app.close()
+    assert job.state != "running" and job.trace[-1].outcome == outcome
+    if outcome == "succeeded":
+        assert job.state == "succeeded" and appmod.effects() == ["slow:1"]
+    else:
+        assert job.state == "scheduled" and job.attempt == 0 and appmod.effects() == []  # given back, no attempt used
+    assert "Traceback" not in log.read_text()
+
+
+def test_sigterm_to_the_supervisor_stops_every_child_cleanly(appmod: AppModule) -> None:
+    module = appmod.load()
+    module.slow.enqueue("s2", 0.5, key="slow:2")
+    module.app.close()
+    log = appmod.dir / "supervisor.log"
+    proc = start_cli(["worker", appmod.target, "--processes", "2"], appmod.dir, log)
+    try:
+        wait_for(lambda: (appmod.dir / "s2.started").exists()
+                 and log.read_text().count(" started: queues=") == 2, what="both children and the job")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    pids = [int(line.split("(pid ")[1].split(")")[0]) for line in text.splitlines() if "started (pid " in line]
+    assert len(pids) == 2 and text.count("exited with code 0") == 2
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert states(appmod.url) == {"slow:2": "succeeded"} and appmod.effects() == ["slow:2"]
+
+
+def test_supervisor_restarts_a_child_that_died(tmp_path: Path) -> None:
+    appmod = write_app(tmp_path, f"sqlite:///{tmp_path}/firesafe.db", lease=1.0)
+    module = appmod.load()
+    module.crash_once.enqueue(key="crash:1")
+    module.app.close()
+    proc = run_cli(["worker", appmod.target, "--processes", "2", "--burst", "--wait-scheduled"], appmod.dir)
+    assert proc.returncode == 0, proc.stderr
+    assert "exited unexpectedly with code 3; restarting in 0.5s" in proc.stderr
+    app = App(appmod.url, auto_migrate=False)
+    job = app.get("crash:1")
+    app.close()
+    assert job.state == "succeeded" and [a.outcome for a in job.trace] == ["lost", "succeeded"]
+    assert appmod.effects() == ["crash:1"]
+
+
+def test_a_corrupt_store_gives_a_clear_error_and_no_traceback(tmp_path: Path) -> None:
+    (tmp_path / "firesafe.db").write_bytes(b"garbage, not SQLite " * 200)
+    appmod = write_app(tmp_path, f"sqlite:///{tmp_path}/firesafe.db")
+    for args in (["worker", appmod.target, "--burst"], ["jobs", "--store", appmod.url],
+                 ["worker", appmod.target, "--burst", "--processes", "2"]):
+        proc = run_cli(args, tmp_path)
+        assert proc.returncode == 1, args
+        assert "Traceback" not in proc.stderr and "not a usable firesafe SQLite store" in proc.stderr
+        assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+def test_unknown_store_url_and_unknown_key_from_the_shell(appmod: AppModule) -> None:
+    proc = run_cli(["stats", "--store", "mysql://localhost/db"], appmod.dir)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: unknown store URL 'mysql://localhost/db'")
+    assert run_cli(["migrate", "--store", appmod.url], appmod.dir).returncode == 0
+    proc = run_cli(["show", "missing-key"], appmod.dir, FIRESAFE_STORE=appmod.url)
+    assert proc.returncode == 1 and proc.stderr == "error: no job with key 'missing-key'\n" and proc.stdout == ""

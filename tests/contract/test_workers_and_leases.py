@@ -1,0 +1,159 @@
+"""Contract: leases, fencing, rescue, cancel, prune, stats. Runs on every store."""
+
+from __future__ import annotations
+
+import threading
+
+from firesafe import App, Retention, State
+from firesafe.states import Outcome
+from firesafe.store.base import ClaimParams, FinishParams, JobFilter
+
+
+def declare(app: App):
+    @app.job(max_attempts=3)
+    def work(ctx, n: int) -> int:
+        return n
+
+    return work
+
+
+def test_claim_takes_a_lease_and_a_stale_token_changes_nothing(app: App, clock) -> None:
+    work = declare(app)
+    work.enqueue(1, key="k")
+    store = app.store
+    [first] = store.job_claim(ClaimParams(("default",), 10, "w1", 30.0))
+    assert first.job.state == State.RUNNING and first.job.attempt == 1
+    assert store.job_claim(ClaimParams(("default",), 10, "w2", 30.0)) == []  # leased: nobody else gets it
+    clock.advance(31)
+    [expired] = store.job_list_expired(10)
+    assert expired.token == first.token
+    from firesafe.store.base import RescueParams
+
+    assert store.job_rescue_many([RescueParams(expired.id, expired.token, expired.runs, State.SCHEDULED, 0.0,
+                                               None, "lost")]) == [True]
+    [second] = store.job_claim(ClaimParams(("default",), 10, "w2", 30.0))
+    assert second.token != first.token and second.job.runs == 2
+    late = FinishParams(first.job.id, first.token, first.job.runs, State.SUCCEEDED, Outcome.SUCCEEDED,
+                        result='"stale"')
+    assert store.job_finish_many([late]) == [False]  # fenced: the stale worker changes nothing
+    ok = FinishParams(second.job.id, second.token, second.job.runs, State.SUCCEEDED, Outcome.SUCCEEDED,
+                      result='"fresh"')
+    assert store.job_finish_many([ok]) == [True]
+    assert store.job_finish_many([ok]) == [False]  # a second completion of the same attempt is void
+    job = app.get("k")
+    assert job.result == "fresh" and [a.outcome for a in job.trace] == ["lost", "succeeded"]
+
+
+def test_heartbeat_extends_only_leases_still_held(app: App, clock) -> None:
+    work = declare(app)
+    work.enqueue(1, key="k")
+    store = app.store
+    [c] = store.job_claim(ClaimParams(("default",), 1, "w", 30.0))
+    clock.advance(20)
+    assert store.job_heartbeat_many([(c.job.id, c.token)], 30.0) == {c.job.id: False}
+    clock.advance(20)  # 40 s after the claim, 20 after the beat: still held
+    assert store.job_list_expired(10) == []
+    assert store.job_heartbeat_many([(c.job.id, "not-the-token")], 30.0) == {}
+
+
+def test_a_killed_worker_job_is_rescued_as_lost_and_retried(app: App, clock) -> None:
+    work = declare(app)
+    work.enqueue(7, key="k")
+    app.store.job_claim(ClaimParams(("default",), 1, "dead-worker", 30.0))  # then the worker "dies"
+    assert app.work(burst=True).claimed == 0  # still leased
+    clock.advance(31)
+    stats = app.work(burst=True)
+    assert stats.rescued == 1
+    assert app.get("k").state == State.SCHEDULED  # retried after a backoff, like any failure
+    clock.advance(1000)
+    app.work(burst=True)
+    job = app.get("k")
+    assert job.state == State.SUCCEEDED and job.lost == 1
+    assert [(a.outcome, a.worker) for a in job.trace][0] == ("lost", "dead-worker")
+
+
+def test_a_job_that_keeps_killing_its_worker_goes_dead_as_worker_lost(app: App, clock) -> None:
+    work = declare(app)
+    work.enqueue(7, key="k")
+    store = app.store
+    for _ in range(3):
+        [c] = store.job_claim(ClaimParams(("default",), 1, "victim", 30.0))
+        assert c.job.key == "k"
+        clock.advance(31)
+        app.worker(burst=True, batch=1, concurrency=1)._rescue()
+        clock.advance(1000)  # past any backoff
+    job = app.get("k")
+    assert job.state == State.DEAD and job.reason == "worker_lost" and job.lost == 3
+    other = [work.enqueue(i, key=f"o{i}") for i in range(3)]
+    app.work(burst=True)
+    assert all(app.get(o.key).state == State.SUCCEEDED for o in other)
+
+
+def test_cancel_waiting_at_once_and_running_on_request(app: App) -> None:
+    started, stop_seen = threading.Event(), threading.Event()
+
+    @app.job
+    def long(ctx) -> str:
+        started.set()
+        for _ in range(500):
+            if ctx.cancelled:
+                stop_seen.set()
+                raise RuntimeError("stopping as asked")
+            threading.Event().wait(0.01)
+        return "finished"
+
+    long.enqueue(key="waiting", delay=60)
+    assert app.cancel("waiting", actor="ops") == "cancelled"
+    assert app.get("waiting").state == State.CANCELLED
+    long.enqueue(key="running")
+    w = app.worker(concurrency=1, burst=True, lease=0.3)
+    t = threading.Thread(target=w.run)
+    t.start()
+    assert started.wait(5)
+    assert app.cancel("running", actor="ops") == "requested"
+    t.join(10)
+    job = app.get("running")
+    assert stop_seen.is_set()
+    assert job.state == State.CANCELLED and job.trace[-1].outcome == "cancelled"
+    assert [e.kind for e in job.events] == ["cancel_requested"]
+    assert app.cancel("running") == "finished"
+
+
+def test_prune_frees_keys_after_retention(store_url: str, clock) -> None:
+    app = App(store_url, clock=clock, retention=Retention(succeeded=60, cancelled=60, dead=600))
+    work = declare(app)
+    work.enqueue(1, key="done")
+    app.work(burst=True)
+    assert app.prune() == {"succeeded": 0, "cancelled": 0, "dead": 0}
+    clock.advance(61)
+    assert app.prune()["succeeded"] == 1
+    again = work.enqueue(2, key="done")  # the key is free: other arguments are fine now
+    assert again.created
+    app.close()
+
+
+def test_stats_and_listing(app: App) -> None:
+    work = declare(app)
+
+    @app.job(queue="payments")
+    def pay(ctx) -> None: ...
+
+    for i in range(3):
+        work.enqueue(i, key=f"w{i}")
+    pay.enqueue(key="p")
+    stats = {(q, s): n for q, s, n in app.store.job_stats()}
+    assert stats == {("default", "queued"): 3, ("payments", "queued"): 1}
+    app.work(["payments"], burst=True)
+    assert app.get("p").state == State.SUCCEEDED and app.get("w0").state == State.QUEUED
+    assert [j.key for j in app.jobs_list(state="queued", limit=2)] == ["w2", "w1"]
+    assert app.store.job_count(JobFilter(queue="payments", state="succeeded")) == 1
+
+
+def test_leader_lease_has_one_holder_until_it_expires(app: App, clock) -> None:
+    store = app.store
+    assert store.leader_acquire("scheduler", "a", 10)
+    assert not store.leader_acquire("scheduler", "b", 10)
+    assert store.leader_acquire("scheduler", "a", 10)  # renew
+    clock.advance(11)
+    assert store.leader_acquire("scheduler", "b", 10)
+    assert not store.leader_acquire("scheduler", "a", 10)

@@ -1,0 +1,48 @@
+"""Bad store input: clear errors, nothing written."""
+
+from __future__ import annotations
+
+import pytest
+
+from firesafe import App, StoreError
+from firesafe.store import open_store, resolve_url
+
+
+def test_unknown_store_url_is_a_clear_error() -> None:
+    with pytest.raises(StoreError, match="unknown store URL"):
+        open_store("mysql://localhost/x")
+
+
+def test_default_url_comes_from_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("FIRESAFE_STORE", "sqlite:///from-env.db")
+    assert resolve_url(None) == "sqlite:///from-env.db"
+    monkeypatch.delenv("FIRESAFE_STORE")
+    assert resolve_url(None) == "sqlite:///firesafe.db"
+
+
+def test_corrupt_database_file_is_a_clear_error(tmp_path) -> None:
+    path = tmp_path / "broken.db"
+    path.write_bytes(b"this is not a database, just some text" * 100)
+    app = App(f"sqlite:///{path}")
+    with pytest.raises(StoreError, match="not a usable firesafe SQLite store"):
+        app.store  # noqa: B018
+    assert path.read_bytes().startswith(b"this is not a database")
+
+
+def test_missing_folder_is_a_clear_error(tmp_path) -> None:
+    app = App(f"sqlite:///{tmp_path}/no/such/dir/x.db")
+    with pytest.raises(StoreError, match="cannot open"):
+        app.store  # noqa: B018
+
+
+def test_in_memory_sqlite_is_refused() -> None:
+    with pytest.raises(StoreError, match="in-memory"):
+        open_store("sqlite:///:memory:")
+
+
+def test_migrate_is_idempotent(tmp_path) -> None:
+    store = open_store(f"sqlite:///{tmp_path}/m.db")
+    applied = store.migrate()
+    assert applied[0] == 1 and applied == sorted(applied)
+    assert store.migrate() == []
+    assert store.schema_version() == applied[-1]
