@@ -261,6 +261,41 @@ class App:
             raise JobNotFound(key)
         return self.store.job_cancel(job.id, actor or default_actor())
 
+    def rerun(self, key: str, *, from_step: str | None = None, from_scratch: bool = False,
+              actor: str | None = None) -> Job:
+        """Run a finished job again under its key.
+
+        By default it resumes: recorded steps are restored, not run again. ``from_step`` forgets
+        that step and every later one; ``from_scratch`` forgets them all.
+        """
+        from firesafe.deadletters.dlq import default_actor
+
+        if from_step is not None and from_scratch:
+            raise InvalidInput("give from_step or from_scratch, not both")
+        job = self.store.job_get(check_key(key))
+        if job is None:
+            raise JobNotFound(key)
+        position: int | None = 0 if from_scratch else None
+        if from_step is not None:
+            steps = self.store.step_list(job.id)
+            found = [s.position for s in steps if s.name == from_step]
+            if not found:
+                names = ", ".join(s.name for s in steps) or "none recorded"
+                raise InvalidInput(f"job {key!r} has no recorded step {from_step!r} (steps: {names})")
+            position = found[0]
+        if not self.store.job_rerun(job.id, actor or default_actor(), position):
+            raise InvalidInput(f"job {key!r} is {job.state}; only a dead, cancelled or succeeded job can be rerun")
+        self._wake_workers()
+        return self.get(key)
+
+    def steps(self, key: str) -> list[dict[str, Any]]:
+        """The recorded steps of a job: name, position, result, and the run that recorded it."""
+        job = self.store.job_get(check_key(key))
+        if job is None:
+            raise JobNotFound(key)
+        return [{"name": s.name, "position": s.position, "result": json.loads(s.result) if s.result else None,
+                 "run": s.run_seq} for s in self.store.step_list(job.id)]
+
     def prune(self, leader: str | None = None) -> dict[str, int]:
         """Delete finished jobs older than the retention; their keys become free again."""
         store = self.store

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from firesafe.clock import to_timestamp
 from firesafe.masking import mask
+from firesafe.rerun.steps import Steps, step_key
 
 log = logging.getLogger("firesafe.job")
 
@@ -25,11 +29,62 @@ class JobInfo:
 class Context:
     """Passed to every job function as ``ctx``."""
 
-    def __init__(self, job: JobInfo, store: Any = None, app: Any = None) -> None:
+    def __init__(self, job: JobInfo, store: Any = None, app: Any = None, token: str = "",
+                 is_async: bool = False) -> None:
         self.job = job
         self._store = store
         self._app = app
         self._cancel = False  # set once by the worker loop; nothing waits on it, so a flag is enough
+        self._token = token
+        self._is_async = is_async
+        self._steps: Steps | None = None  # made on first use: most jobs have no steps
+        self._sleeps = 0
+
+    # -- durable steps -----------------------------------------------------------------------
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` at most once per job and step name; later attempts get the
+        recorded (JSON) result back. In an ``async def`` job, ``await`` it."""
+        steps = self._need_steps()
+        if self._is_async:
+            return steps.arun(name, fn, args, kwargs)
+        return steps.run(name, fn, args, kwargs)
+
+    def idempotency_key(self, name: str) -> str:
+        """A key for step ``name`` that is the same on every attempt of this job (<= 255 chars),
+        to pass to a provider (for example as its ``Idempotency-Key`` header)."""
+        return step_key(self.job.key, name)
+
+    def sleep(self, seconds: float, name: str | None = None) -> Any:
+        """Durable sleep: the job is put back and resumes here after ``seconds``, surviving restarts;
+        no worker is held meanwhile. Counts as a deferral, not an attempt. ``await`` it in async jobs."""
+        self._need_steps()
+        return self._sleep(self._store.now() + float(seconds), name)
+
+    def sleep_until(self, when: datetime, name: str | None = None) -> Any:
+        """Durable sleep until an aware datetime (see :meth:`sleep`)."""
+        return self._sleep(to_timestamp(when), name)
+
+    def _sleep(self, until: float, name: str | None) -> Any:
+        steps = self._need_steps()
+        label = name or f"sleep-{self._sleeps}"
+        self._sleeps += 1
+        if self._is_async:
+            async def later() -> None:
+                steps.sleep_until(label, until)
+
+            return later()
+        steps.sleep_until(label, until)
+        return None
+
+    def _need_steps(self) -> Steps:
+        if self._steps is None:
+            if self._store is None:
+                raise RuntimeError("this ctx has no store: steps only work inside a worker")
+            self._steps = Steps(self._store, self.job.id, self._token)
+        return self._steps
+
+    def _detail(self) -> dict[str, Any]:
+        return {"steps": list(self._steps.log)} if self._steps and self._steps.log else {}
 
     @property
     def cancelled(self) -> bool:

@@ -11,7 +11,8 @@ Each state says what it means and what moves a job out of it:
     An attempt holds the lease. The attempt's end moves it to ``succeeded``, ``scheduled`` (retry or
     deferral), ``dead`` or ``cancelled``; an expired lease is rescued to ``scheduled`` or ``dead``.
 ``succeeded``
-    Done; the result is kept until the retention prunes the row (and frees its key).
+    Done; the result is kept until the retention prunes the row (and frees its key). Only a
+    deliberate rerun (``firesafe rerun``, a backfill with ``--rerun all``) moves it to ``queued``.
 ``dead``
     In the dead-letter queue: retries exhausted, a permanent error, lost too often or unknown job.
     Replay moves it to ``queued``; discard moves it to ``cancelled``.
@@ -39,7 +40,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.RUNNING: frozenset(
         {State.SUCCEEDED, State.SCHEDULED, State.DEAD, State.CANCELLED}
     ),
-    State.SUCCEEDED: frozenset(),
+    State.SUCCEEDED: frozenset({State.QUEUED}),
     State.DEAD: frozenset({State.QUEUED, State.CANCELLED}),
     State.CANCELLED: frozenset({State.QUEUED}),
 }
@@ -53,7 +54,7 @@ def can_move(src: State | str, dst: State | str) -> bool:
 
     >>> can_move("running", "succeeded")
     True
-    >>> can_move("succeeded", "queued")
+    >>> can_move("succeeded", "running")
     False
     """
     return State(dst) in TRANSITIONS[State(src)]

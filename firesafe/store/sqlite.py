@@ -29,6 +29,7 @@ from firesafe.store.base import (
     JobFilter,
     Pending,
     RescueParams,
+    StepRecord,
     Store,
     check_existing,
     dedupe_batch,
@@ -315,6 +316,30 @@ class SQLiteStore(Store):
     def job_pending(self, queues: Sequence[str]) -> Pending:
         r = self._read("job_pending", {"now": self.now(), "queues": json.dumps(list(queues))})[0]
         return Pending(r["runnable"], r["running"], r["next_at"])
+
+    # -- steps -------------------------------------------------------------------------------
+    def step_list(self, job_id: int) -> list[StepRecord]:
+        return [StepRecord(r["name"], r["position"], r["result"], r["run_seq"], r["recorded_at"])
+                for r in self._read("step_list", {"job_id": job_id})]
+
+    def step_record(self, job_id: int, token: str, name: str, position: int, result: str) -> bool:
+        with self._tx() as c:
+            return c.execute(Q["step_record"], {"job_id": job_id, "token": token, "name": name,
+                                                "position": position, "result": result,
+                                                "now": self.now()}).rowcount == 1
+
+    def job_rerun(self, job_id: int, actor: str, from_position: int | None) -> bool:
+        now = self.now()
+        with self._tx() as c:
+            if c.execute(Q["job_rerun"], {"job_id": job_id, "now": now}).rowcount != 1:
+                return False
+            forgotten = 0
+            if from_position is not None:
+                forgotten = c.execute(Q["step_delete_from"], {"job_id": job_id, "position": from_position}).rowcount
+            c.execute(Q["event_insert"], {"job_id": job_id, "now": now, "kind": "rerun", "actor": actor,
+                                          "detail": json.dumps({"from_position": from_position,
+                                                                "steps_forgotten": forgotten})})
+        return True
 
     # -- workers and leaders -----------------------------------------------------------------
     def worker_beat(self, worker_id: str, host: str, pid: int, queues: Sequence[str]) -> None:

@@ -204,7 +204,7 @@ class Worker:
             self._save([executor.unknown_job(claimed)])
             return
         ctx = Context(JobInfo(job.key, job.name, job.queue, job.attempt, job.max_attempts, job.runs, job.id),
-                      store=self.store, app=self.app)
+                      store=self.store, app=self.app, token=claimed.token, is_async=jobdef.is_async)
         now = time.monotonic()
         deadline = now + jobdef.timeout if (jobdef.timeout and not jobdef.is_async) else None
         running = _Running(claimed, ctx, now, deadline)
@@ -235,7 +235,8 @@ class Worker:
                 continue
             jobdef = self.app.jobs[running.claimed.job.name]
             finishes.append(executor.conclude(running.claimed, jobdef, res, self.random.random(),
-                                              cancel_requested=running.ctx.cancelled))
+                                              cancel_requested=running.ctx.cancelled,
+                                              detail=running.ctx._detail()))
             meta.append((running, res))
         if finishes:
             self._save(finishes, meta)
@@ -252,7 +253,7 @@ class Worker:
                 executor.TimedOut(f"the attempt ran longer than its timeout of {jobdef.timeout:g}s"),
                 timed_out=True, duration=now - r.started)
             r.ctx._request_cancel()
-            finishes.append(executor.conclude(r.claimed, jobdef, res, self.random.random()))
+            finishes.append(executor.conclude(r.claimed, jobdef, res, self.random.random(), detail=r.ctx._detail()))
             r.done = True  # keeps its slot until the thread really returns
         self._save(finishes, [(r, None) for r in expired], keep_slots=True)
 

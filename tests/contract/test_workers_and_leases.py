@@ -69,7 +69,7 @@ def test_a_killed_worker_job_is_rescued_as_lost_and_retried(app: App, clock) -> 
     app.work(burst=True)
     job = app.get("k")
     assert job.state == State.SUCCEEDED and job.lost == 1
-    assert [(a.outcome, a.worker) for a in job.trace][0] == ("lost", "dead-worker")
+    assert (job.trace[0].outcome, job.trace[0].worker) == ("lost", "dead-worker")
 
 
 def test_a_job_that_keeps_killing_its_worker_goes_dead_as_worker_lost(app: App, clock) -> None:
