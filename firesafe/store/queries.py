@@ -1,7 +1,8 @@
 """Load named SQL queries from the per-dialect ``.sql`` files.
 
 A query starts with ``-- name: NAME`` and a one-line description comment; its text runs to the
-next name. Both dialect files define the same names.
+next name. The core queries live in ``sql/<dialect>.sql``; each part (steps, limiters, schedules,
+alerts, ...) keeps its own in ``sql/<dialect>/<part>.sql``. Both dialects define the same names.
 """
 
 from __future__ import annotations
@@ -10,21 +11,37 @@ from functools import cache
 from importlib.resources import files
 
 
-@cache
-def load(dialect: str) -> dict[str, str]:
-    text = (files("firesafe.store") / "sql" / f"{dialect}.sql").read_text()
-    queries: dict[str, str] = {}
+def _parse(text: str, queries: dict[str, str], origin: str) -> None:
     name: str | None = None
     lines: list[str] = []
+
+    def close() -> None:
+        if name is None:
+            return
+        if name in queries:
+            raise RuntimeError(f"query {name!r} is defined twice ({origin})")
+        queries[name] = "\n".join(lines).strip()
+
     for line in text.splitlines():
         if line.startswith("-- name:"):
-            if name:
-                queries[name] = "\n".join(lines).strip()
+            close()
             name, lines = line.split(":", 1)[1].strip(), []
         elif name is not None and not line.startswith("--"):
             lines.append(line)
-    if name:
-        queries[name] = "\n".join(lines).strip()
+    close()
+
+
+@cache
+def load(dialect: str) -> dict[str, str]:
+    """Every named query of a dialect: ``sql/<dialect>.sql`` plus each part's ``sql/<dialect>/*.sql``."""
+    root = files("firesafe.store") / "sql"
+    queries: dict[str, str] = {}
+    _parse((root / f"{dialect}.sql").read_text(), queries, f"{dialect}.sql")
+    folder = root / dialect
+    if folder.is_dir():
+        for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+            if entry.name.endswith(".sql"):
+                _parse(entry.read_text(), queries, f"{dialect}/{entry.name}")
     return queries
 
 

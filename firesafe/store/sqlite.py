@@ -15,9 +15,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from firesafe.alerts.store_sqlite import AlertsSQLite
 from firesafe.clock import Clock, SystemClock
 from firesafe.errors import StoreError
+from firesafe.limits.store_sqlite import LimitsSQLite
 from firesafe.models import Job, attempt_from_row, event_from_row
+from firesafe.schedules.store_sqlite import SchedulesSQLite
 from firesafe.states import Outcome, State
 from firesafe.store import queries
 from firesafe.store.base import (
@@ -61,7 +64,7 @@ def _explain(exc: sqlite3.Error, path: str) -> StoreError:
     return err
 
 
-class SQLiteStore(Store):
+class SQLiteStore(LimitsSQLite, SchedulesSQLite, AlertsSQLite, Store):
     dialect = "sqlite"
 
     def __init__(self, path: str, clock: Clock | None = None, *, busy_timeout: float = 30.0,
