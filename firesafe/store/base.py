@@ -216,20 +216,20 @@ class Store(abc.ABC):
     def leader_release(self, name: str, holder: str) -> None:
         """Give up the named leader lease if held."""
 
+    @abc.abstractmethod
     def step_list(self, job_id: int) -> list[StepRecord]:
         """The recorded steps of a job, in order."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def step_record(self, job_id: int, token: str, name: str, position: int, result: str) -> bool:
         """Record a completed step; False (nothing written) if the attempt no longer holds the lease
         or the step was recorded already."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def job_rerun(self, job_id: int, actor: str, from_position: int | None) -> bool:
         """Requeue a dead, cancelled or succeeded job, forgetting its steps from ``from_position``
         on (None: keep every step, so it resumes); records a ``rerun`` event. False if it is not
         in one of those states."""
-        raise NotImplementedError
 
     @abc.abstractmethod
     def close(self) -> None:
