@@ -13,6 +13,7 @@ Q = queries.load("sqlite")
 
 class StepsSQLite:
     _tx: Any
+    _group_write: Any
     _read: Any
     now: Any
 
@@ -21,10 +22,10 @@ class StepsSQLite:
                 for r in self._read("step_list", {"job_id": job_id})]
 
     def step_record(self, job_id: int, token: str, name: str, position: int, result: str) -> bool:
-        with self._tx() as c:
-            return c.execute(Q["step_record"], {"job_id": job_id, "token": token, "name": name,
-                                                "position": position, "result": result,
-                                                "now": self.now()}).rowcount == 1
+        # Step records of concurrent attempts share a commit (group commit): one fsync for many.
+        return self._group_write("step_record", {"job_id": job_id, "token": token, "name": name,
+                                                 "position": position, "result": result,
+                                                 "now": self.now()}) == 1
 
     def job_rerun(self, job_id: int, actor: str, from_position: int | None) -> bool:
         now = self.now()

@@ -79,6 +79,8 @@ class SQLiteStore(StepsSQLite, LimitsSQLite, SchedulesSQLite, AlertsSQLite, Stor
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._batch: _Batch | None = None
         self._pid = os.getpid()
 
     # -- connections -------------------------------------------------------------------------
@@ -86,6 +88,7 @@ class SQLiteStore(StepsSQLite, LimitsSQLite, SchedulesSQLite, AlertsSQLite, Stor
         if self._pid != os.getpid():  # forked: never reuse the parent's connections
             self._local = threading.local()
             self._all = []
+            self._write_lock = threading.Lock()
             self._pid = os.getpid()
         conn = getattr(self._local, "conn", None)
         if conn is None:
@@ -111,21 +114,55 @@ class SQLiteStore(StepsSQLite, LimitsSQLite, SchedulesSQLite, AlertsSQLite, Stor
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         conn = self._conn()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise _explain(exc, self.path) from exc
-        try:
-            yield conn
-            conn.execute("COMMIT")
-        except BaseException as exc:
+        # Threads of one process queue on a lock rather than on SQLite's busy handler, which sleeps
+        # in steps of milliseconds; other processes still wait through busy_timeout.
+        with self._write_lock:
             try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            if isinstance(exc, sqlite3.Error):
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
                 raise _explain(exc, self.path) from exc
-            raise
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                if isinstance(exc, sqlite3.Error):
+                    raise _explain(exc, self.path) from exc
+                raise
+
+    def _group_write(self, name: str, params: dict[str, Any]) -> int:
+        """Run one write statement, committed together with those other threads issue meanwhile.
+
+        Group commit: the first thread of a batch waits for the write lock while others join its
+        batch, then runs them all in one transaction (one fsync) and hands each its row count.
+        Every caller returns only after its row is durably committed.
+        """
+        with self._lock:
+            batch = self._batch
+            leader = batch is None
+            if leader:
+                batch = self._batch = _Batch()
+            index = len(batch.items)
+            batch.items.append((name, params))
+        if not leader:
+            batch.done.wait()
+        else:
+            try:
+                with self._tx() as c:
+                    with self._lock:
+                        self._batch = None  # later callers start the next batch
+                    batch.rowcounts = [c.execute(Q[n], p).rowcount for n, p in batch.items]
+            except BaseException as exc:
+                batch.error = exc
+                raise
+            finally:
+                batch.done.set()
+        if batch.error is not None:
+            raise batch.error
+        return batch.rowcounts[index]
 
     def _read(self, name: str, params: dict[str, Any] | None = None) -> list[sqlite3.Row]:
         try:
@@ -354,6 +391,16 @@ def _dicts(conn: sqlite3.Connection, sql: str, params: dict[str, Any]) -> list[d
         return []
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, r, strict=True)) for r in rows]
+
+
+class _Batch:
+    __slots__ = ("done", "error", "items", "rowcounts")
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, dict[str, Any]]] = []
+        self.done = threading.Event()
+        self.rowcounts: list[int] = []
+        self.error: BaseException | None = None
 
 
 def _statements(sql: str) -> list[str]:
