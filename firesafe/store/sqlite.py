@@ -18,6 +18,7 @@ from typing import Any
 from firesafe.alerts.store_sqlite import AlertsSQLite
 from firesafe.clock import Clock, SystemClock
 from firesafe.errors import StoreError
+from firesafe.inbox.store_sqlite import InboxSQLite
 from firesafe.limits.store_sqlite import LimitsSQLite
 from firesafe.models import Job, attempt_from_row, event_from_row
 from firesafe.rerun.store_sqlite import StepsSQLite
@@ -64,7 +65,7 @@ def _explain(exc: sqlite3.Error, path: str) -> StoreError:
     return err
 
 
-class SQLiteStore(StepsSQLite, LimitsSQLite, SchedulesSQLite, AlertsSQLite, Store):
+class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, AlertsSQLite, Store):
     dialect = "sqlite"
 
     def __init__(self, path: str, clock: Clock | None = None, *, busy_timeout: float = 30.0,

@@ -1,0 +1,40 @@
+"""The inbox part of the PostgreSQL store: a mixin (queries in store/sql/postgres/inbox.sql)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class InboxPostgres:
+    q: dict[str, str]
+    _conn: Any
+    _read: Any
+    _now: Any
+
+    def inbox_event_store(self, source: str, event_id: str, type: str, data: str, fingerprint: str,
+                          handled: bool) -> tuple[bool, dict[str, Any]]:
+        """Store an event once per (source, event id); returns (created, the stored row)."""
+        key = {"source": source, "event_id": event_id}
+        with self._conn() as c, c.transaction():
+            created = c.execute(self.q["inbox_event_insert"], {**key, "type": type, "data": data,
+                                                               "fingerprint": fingerprint, "now": self._now(),
+                                                               "handled": int(handled)}).rowcount == 1
+            row = c.execute(self.q["inbox_event_get"], key).fetchone()
+        return created, dict(row)
+
+    def inbox_event_mark_handled(self, source: str, event_id: str) -> bool:
+        with self._conn() as c:
+            return c.execute(self.q["inbox_event_mark_handled"],
+                             {"source": source, "event_id": event_id}).rowcount == 1
+
+    def inbox_event_list(self, source: str | None, unhandled: bool, limit: int, offset: int = 0) -> list[dict]:
+        return [dict(r) for r in self._read("inbox_event_list", {"source": source, "unhandled": int(unhandled),
+                                                                 "limit": limit, "offset": offset})]
+
+    def inbox_reject(self, source: str, reason: str, body: str | None) -> None:
+        with self._conn() as c:
+            c.execute(self.q["inbox_reject_insert"], {"source": source, "reason": reason, "body": body,
+                                                      "now": self._now()})
+
+    def inbox_reject_list(self, source: str | None, limit: int) -> list[dict]:
+        return [dict(r) for r in self._read("inbox_reject_list", {"source": source, "limit": limit})]

@@ -1,0 +1,44 @@
+"""The inbox part of the SQLite store: a mixin (queries in store/sql/sqlite/inbox.sql)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from firesafe.store import queries
+
+Q = queries.load("sqlite")
+
+
+class InboxSQLite:
+    _tx: Any
+    _read: Any
+    now: Any
+
+    def inbox_event_store(self, source: str, event_id: str, type: str, data: str, fingerprint: str,
+                          handled: bool) -> tuple[bool, dict[str, Any]]:
+        """Store an event once per (source, event id); returns (created, the stored row)."""
+        key = {"source": source, "event_id": event_id}
+        with self._tx() as c:
+            created = c.execute(Q["inbox_event_insert"], {**key, "type": type, "data": data,
+                                                          "fingerprint": fingerprint, "now": self.now(),
+                                                          "handled": int(handled)}).rowcount == 1
+            row = dict(c.execute(Q["inbox_event_get"], key).fetchone())
+        row["handled"] = bool(row["handled"])
+        return created, row
+
+    def inbox_event_mark_handled(self, source: str, event_id: str) -> bool:
+        with self._tx() as c:
+            return c.execute(Q["inbox_event_mark_handled"], {"source": source, "event_id": event_id}).rowcount == 1
+
+    def inbox_event_list(self, source: str | None, unhandled: bool, limit: int, offset: int = 0) -> list[dict]:
+        rows = self._read("inbox_event_list", {"source": source, "unhandled": int(unhandled), "limit": limit,
+                                               "offset": offset})
+        return [{**dict(r), "handled": bool(r["handled"])} for r in rows]
+
+    def inbox_reject(self, source: str, reason: str, body: str | None) -> None:
+        with self._tx() as c:
+            c.execute(Q["inbox_reject_insert"], {"source": source, "reason": reason, "body": body,
+                                                 "now": self.now()})
+
+    def inbox_reject_list(self, source: str | None, limit: int) -> list[dict]:
+        return [dict(r) for r in self._read("inbox_reject_list", {"source": source, "limit": limit})]

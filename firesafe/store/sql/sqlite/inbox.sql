@@ -1,0 +1,31 @@
+-- The event inbox (events arrive at least once; the (source, event id) key makes them count once).
+
+-- name: inbox_event_insert
+-- Store an event unless its (source, event id) is stored already.
+INSERT INTO firesafe_inbox_events (source, event_id, type, data, fingerprint, received_at, handled)
+VALUES (:source, :event_id, :type, :data, :fingerprint, :now, :handled)
+ON CONFLICT (source, event_id) DO NOTHING;
+
+-- name: inbox_event_get
+-- One stored event.
+SELECT source, event_id, type, data, fingerprint, received_at, handled FROM firesafe_inbox_events
+WHERE source = :source AND event_id = :event_id;
+
+-- name: inbox_event_mark_handled
+-- Note that an event's handler job was enqueued.
+UPDATE firesafe_inbox_events SET handled = 1 WHERE source = :source AND event_id = :event_id AND handled = 0;
+
+-- name: inbox_event_list
+-- Stored events, newest first, optionally only those no handler took.
+SELECT source, event_id, type, data, fingerprint, received_at, handled FROM firesafe_inbox_events
+WHERE (:source IS NULL OR source = :source) AND (:unhandled = 0 OR handled = 0)
+ORDER BY received_at DESC, event_id LIMIT :limit OFFSET :offset;
+
+-- name: inbox_reject_insert
+-- Keep a message that could not be read as an event, with the reason.
+INSERT INTO firesafe_inbox_rejects (source, reason, body, received_at) VALUES (:source, :reason, :body, :now);
+
+-- name: inbox_reject_list
+-- Rejected messages, newest first.
+SELECT id, source, reason, body, received_at FROM firesafe_inbox_rejects
+WHERE (:source IS NULL OR source = :source) ORDER BY id DESC LIMIT :limit;

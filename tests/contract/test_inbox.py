@@ -1,0 +1,105 @@
+"""Contract: the event inbox. Runs on every store."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from firesafe import App, InvalidInput, State
+from firesafe.inbox import EventConflict
+
+
+def test_an_event_delivered_many_times_runs_its_handler_once(app: App) -> None:
+    seen: list[tuple[str, str, dict]] = []
+
+    @app.on_event("stripe", "charge.refunded")
+    def on_refund(ctx, event) -> str:
+        seen.append((event.id, event.type, event.data))
+        return f"handled {event.id}"
+
+    first = app.ingest("stripe", event_id="evt_1", type="charge.refunded", data={"amount": 5})
+    again = app.ingest("stripe", event_id="evt_1", type="charge.refunded", data={"amount": 5})
+    assert first.created and not again.created and first.key == again.key == "stripe:evt_1"
+    app.work(burst=True)
+    app.ingest("stripe", event_id="evt_1", type="charge.refunded", data={"amount": 5})
+    app.work(burst=True)
+    assert seen == [("evt_1", "charge.refunded", {"amount": 5})]
+    assert app.get("stripe:evt_1").result == "handled evt_1"
+
+
+def test_concurrent_deliveries_make_one_job(app: App) -> None:
+    @app.on_event("shop")
+    def any_event(ctx, event) -> None: ...
+
+    barrier = threading.Barrier(8)
+    results = []
+
+    def deliver() -> None:
+        barrier.wait()
+        results.append(app.ingest("shop", event_id="e-42", type="order.paid", data={"n": 1}))
+
+    threads = [threading.Thread(target=deliver) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(j.created for j in results) == 1 and len({j.id for j in results}) == 1
+
+
+def test_same_id_with_other_data_is_a_conflict(app: App) -> None:
+    @app.on_event("shop")
+    def h(ctx, event) -> None: ...
+
+    app.ingest("shop", event_id="e1", type="t", data={"a": 1})
+    with pytest.raises(EventConflict, match="e1"):
+        app.ingest("shop", event_id="e1", type="t", data={"a": 2})
+
+
+def test_unhandled_events_are_kept_listed_and_replayed_once_a_handler_exists(store_url: str, clock) -> None:
+    before = App(store_url, clock=clock)
+    assert before.ingest("crm", event_id="c1", type="contact.created", data={"email": "a@b"}) is None
+    assert [e["event_id"] for e in before.inbox.list(unhandled=True)] == ["c1"]
+    after = App(store_url, clock=clock)
+    got = []
+
+    @after.on_event("crm", "contact.created")
+    def on_contact(ctx, event) -> None:
+        got.append(event.data["email"])
+
+    jobs = after.inbox.replay_unhandled()
+    assert [j.key for j in jobs] == ["crm:c1"]
+    assert after.inbox.list(unhandled=True) == []
+    after.work(burst=True)
+    assert got == ["a@b"]
+    assert after.inbox.replay_unhandled() == []
+    before.close()
+    after.close()
+
+
+def test_event_handlers_retry_and_dead_letter_like_any_job(app: App, clock) -> None:
+    @app.on_event("git", "push", max_attempts=2)
+    def on_push(ctx, event) -> None:
+        raise ConnectionError("CI server down")
+
+    app.ingest("git", event_id="d-1", type="push", data={})
+    app.work(burst=True)
+    clock.advance(1000)
+    app.work(burst=True)
+    job = app.get("git:d-1")
+    assert job.state == State.DEAD and len(job.trace) == 2
+
+
+@pytest.mark.parametrize("kwargs", [{"event_id": ""}, {"event_id": "x" * 201}, {"event_id": "a\nb"},
+                                    {"event_id": "ok", "type": ""}, {"event_id": "ok", "data": object()}])
+def test_bad_events_are_refused_and_nothing_is_stored(app: App, kwargs: dict) -> None:
+    kwargs.setdefault("type", "t")
+    with pytest.raises(InvalidInput):
+        app.ingest("src", **kwargs)
+    assert app.inbox.list() == []
+
+
+def test_rejects_are_kept_with_their_reason(app: App) -> None:
+    app.inbox.reject("orders", "no message id", b"\xff not json")
+    [r] = app.store.inbox_reject_list(None, 10)
+    assert r["source"] == "orders" and r["reason"] == "no message id" and "not json" in r["body"]
