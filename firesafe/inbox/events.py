@@ -126,6 +126,42 @@ class Inbox:
         return self.handlers.get((source, type)) or self.handlers.get((source, "*"))
 
     # -- ingesting ---------------------------------------------------------------------------
+    def ingest_many(self, source: str, events: list[tuple[str, str, Any]]) -> list[Job | None]:
+        """:meth:`ingest` for a batch of ``(event id, type, data)`` of one source: the events are
+        stored in one transaction and the jobs enqueued in one per handler. All or nothing: a bad
+        event raises before anything is stored; a conflicting one raises after the others are
+        stored (redelivering the batch is then safe)."""
+        check_name(source, "event source")
+        items, handlers = [], []
+        for event_id, etype, data in events:
+            check_event_id(event_id)
+            if not isinstance(etype, str) or not etype or len(etype) > MAX_TYPE:
+                raise InvalidInput(f"an event type must be 1 to {MAX_TYPE} characters, not {etype!r}")
+            text = canonical_json(data, what="event data", limit=self.app.max_payload - 1024)
+            handler = self.handler_for(source, etype)
+            handlers.append(handler)
+            items.append({"event_id": event_id, "type": etype, "data": text, "handled": handler is not None,
+                          "fingerprint": hashlib.sha256(f"{etype}\n{text}".encode()).hexdigest()})
+        if not items:
+            return []
+        stored = self.app.store.inbox_event_store_many(source, items)
+        by_handler: dict[str, list[int]] = {}
+        for n, (item, handler) in enumerate(zip(items, handlers, strict=True)):
+            if stored[item["event_id"]][1]["fingerprint"] != item["fingerprint"]:
+                raise EventConflict(source, item["event_id"])
+            if handler is not None:
+                by_handler.setdefault(handler.name, []).append(n)
+        results: list[Job | None] = [None] * len(items)
+        for name, positions in by_handler.items():
+            rows = [stored[items[n]["event_id"]][1] for n in positions]
+            jobs = self.app.jobs[name].enqueue_many(
+                [{"args": [self._event_arg(r)], "key": event_key(source, r["event_id"])} for r in rows])
+            for n, job, row in zip(positions, jobs, rows, strict=True):
+                results[n] = job
+                if not stored[row["event_id"]][0] and not row["handled"]:
+                    self.app.store.inbox_event_mark_handled(source, row["event_id"])
+        return results
+
     def ingest(self, source: str, *, event_id: str, type: str, data: Any = None) -> Job | None:
         """Store an event once and enqueue its handler's job once; returns that job (None if no
         handler takes this type yet: the event is kept and can be replayed later).
@@ -150,10 +186,13 @@ class Inbox:
             store.inbox_event_mark_handled(source, event_id)
         return job
 
+    @staticmethod
+    def _event_arg(row: dict[str, Any]) -> dict[str, Any]:
+        return {"source": row["source"], "id": row["event_id"], "type": row["type"],
+                "data": json.loads(row["data"]), "received_at": row["received_at"]}
+
     def _enqueue(self, handler: JobDef, row: dict[str, Any]) -> Job:
-        event = {"source": row["source"], "id": row["event_id"], "type": row["type"],
-                 "data": json.loads(row["data"]), "received_at": row["received_at"]}
-        return handler.enqueue(event, key=event_key(row["source"], row["event_id"]))
+        return handler.enqueue(self._event_arg(row), key=event_key(row["source"], row["event_id"]))
 
     def list(self, source: str | None = None, unhandled: bool = False, limit: int = 100,
              offset: int = 0) -> list[dict[str, Any]]:
@@ -181,5 +220,7 @@ class Inbox:
     def reject(self, source: str, reason: str, body: bytes | str | None) -> None:
         """Keep a message that could not be read as an event (never silently dropped)."""
         if isinstance(body, bytes):
-            body = body[:64 * 1024].decode("utf-8", "replace")
-        self.app.store.inbox_reject(source, reason[:1000], body[:64 * 1024] if body else body)
+            body = body[:64 * 1024].decode("utf-8", "backslashreplace")
+        if body:  # kept as readable text: NUL is escaped (PostgreSQL text cannot hold it)
+            body = body[:64 * 1024].replace("\x00", "\\x00")
+        self.app.store.inbox_reject(source, reason[:1000].replace("\x00", "\\x00"), body)

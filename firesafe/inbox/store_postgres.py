@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -21,6 +22,15 @@ class InboxPostgres:
                                                                "handled": int(handled)}).rowcount == 1
             row = c.execute(self.q["inbox_event_get"], key).fetchone()
         return created, dict(row)
+
+    def inbox_event_store_many(self, source: str, items: list[dict[str, Any]]) -> dict[str, tuple[bool, dict]]:
+        """Store a batch of one source's events in one transaction; ``{event_id: (created, row)}``."""
+        with self._conn() as c, c.transaction():
+            created = {r["event_id"] for r in c.execute(self.q["inbox_event_insert_many"], {
+                "source": source, "now": self._now(), "items": json.dumps(items)}).fetchall()}
+            rows = c.execute(self.q["inbox_event_by_ids"], {"source": source,
+                                                            "ids": [i["event_id"] for i in items]}).fetchall()
+        return {r["event_id"]: (r["event_id"] in created, dict(r)) for r in rows}
 
     def inbox_event_mark_handled(self, source: str, event_id: str) -> bool:
         with self._conn() as c:

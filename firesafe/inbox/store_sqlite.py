@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from firesafe.store import queries
@@ -25,6 +26,24 @@ class InboxSQLite:
             row = dict(c.execute(Q["inbox_event_get"], key).fetchone())
         row["handled"] = bool(row["handled"])
         return created, row
+
+    def inbox_event_store_many(self, source: str, items: list[dict[str, Any]]) -> dict[str, tuple[bool, dict]]:
+        """Store a batch of one source's events in one transaction; ``{event_id: (created, row)}``."""
+        now = self.now()
+        with self._tx() as c:
+            created = set()
+            for it in items:  # one row each: rowcount tells which were new
+                if c.execute(Q["inbox_event_insert"], {"source": source, "now": now, **it,
+                                                       "handled": int(it["handled"])}).rowcount == 1:
+                    created.add(it["event_id"])
+            rows = c.execute(Q["inbox_event_by_ids"], {"source": source,
+                                                       "ids": json.dumps([i["event_id"] for i in items])})
+            out = {}
+            for r in rows:
+                row = dict(r)
+                row["handled"] = bool(row["handled"])
+                out[row["event_id"]] = (row["event_id"] in created, row)
+        return out
 
     def inbox_event_mark_handled(self, source: str, event_id: str) -> bool:
         with self._tx() as c:

@@ -103,3 +103,20 @@ def test_rejects_are_kept_with_their_reason(app: App) -> None:
     app.inbox.reject("orders", "no message id", b"\xff not json")
     [r] = app.store.inbox_reject_list(None, 10)
     assert r["source"] == "orders" and r["reason"] == "no message id" and "not json" in r["body"]
+
+
+def test_ingest_many_stores_a_batch_once_including_repeats_within_it(app: App) -> None:
+    @app.on_event("q", "paid")
+    def paid(ctx, event) -> int:
+        return event.data["n"]
+
+    batch = [("e1", "paid", {"n": 1}), ("e2", "paid", {"n": 2}), ("e1", "paid", {"n": 1}), ("e3", "other", {})]
+    jobs = app.inbox.ingest_many("q", batch)
+    assert [j.key if j else None for j in jobs] == ["q:e1", "q:e2", "q:e1", None]
+    again = app.inbox.ingest_many("q", batch[:2])
+    assert [j.created for j in again] == [False, False]
+    app.work(burst=True)
+    assert app.get("q:e2").result == 2
+    assert len(app.inbox.list()) == 3
+    with pytest.raises(EventConflict):
+        app.inbox.ingest_many("q", [("e4", "paid", {"n": 4}), ("e2", "paid", {"n": 99})])

@@ -33,3 +33,18 @@ VALUES (%(source)s, %(reason)s, %(body)s, coalesce(%(now)s::float8, extract(epoc
 -- Rejected messages, newest first.
 SELECT id, source, reason, body, received_at FROM {schema}.firesafe_inbox_rejects
 WHERE (%(source)s::text IS NULL OR source = %(source)s::text) ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: inbox_event_insert_many
+-- Store a batch of events of one source, each unless already stored; returns the ids it stored.
+-- PostgreSQL differs: one statement over a JSON array instead of executemany.
+INSERT INTO {schema}.firesafe_inbox_events (source, event_id, type, data, fingerprint, received_at, handled)
+SELECT %(source)s, e.event_id, e.type, e.data, e.fingerprint,
+       coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8), e.handled
+FROM jsonb_to_recordset(%(items)s::jsonb) AS e(event_id text, type text, data text, fingerprint text, handled boolean)
+ON CONFLICT (source, event_id) DO NOTHING
+RETURNING event_id;
+
+-- name: inbox_event_by_ids
+-- The stored events of one source whose ids are in a list.
+SELECT source, event_id, type, data, fingerprint, received_at, handled FROM {schema}.firesafe_inbox_events
+WHERE source = %(source)s AND event_id = ANY(%(ids)s::text[]);

@@ -29,3 +29,8 @@ INSERT INTO firesafe_inbox_rejects (source, reason, body, received_at) VALUES (:
 -- Rejected messages, newest first.
 SELECT id, source, reason, body, received_at FROM firesafe_inbox_rejects
 WHERE (:source IS NULL OR source = :source) ORDER BY id DESC LIMIT :limit;
+
+-- name: inbox_event_by_ids
+-- The stored events of one source whose ids are in a JSON list.
+SELECT source, event_id, type, data, fingerprint, received_at, handled FROM firesafe_inbox_events
+WHERE source = :source AND event_id IN (SELECT value FROM json_each(:ids));

@@ -1,0 +1,139 @@
+"""A RabbitMQ consumer for the inbox: a message is acknowledged only after its event is stored.
+
+A crash between storing and acknowledging makes RabbitMQ redeliver the message, and the inbox absorbs
+the redelivery (the event is stored once, its job enqueued once). A message without an id or with a
+body that is not JSON is kept as a reject with the reason, then acknowledged: never silently dropped.
+
+The event id is the message's ``message_id`` property, else the body's ``id`` field; the type is
+the ``type`` property, else the body's ``type`` field, else ``"message"``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from firesafe.errors import FiresafeError, StoreError
+
+if TYPE_CHECKING:
+    from firesafe.app import App
+
+log = logging.getLogger("firesafe.inbox")
+
+
+@dataclass
+class ConsumeStats:
+    stored: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+
+
+def parse_message(properties: Any, body: bytes) -> tuple[str, str, Any]:
+    """(event id, type, data) of a message; ValueError with the reason if it is not an event."""
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"body is not JSON: {exc}") from None
+    event_id = getattr(properties, "message_id", None) or (data.get("id") if isinstance(data, dict) else None)
+    if event_id is None or event_id == "":
+        raise ValueError("no message id (message_id property or 'id' field)")
+    etype = getattr(properties, "type", None) or (data.get("type") if isinstance(data, dict) else None) or "message"
+    return str(event_id), str(etype), data
+
+
+def consume(app: App, url: str, queue: str, *, source: str | None = None, prefetch: int = 500,
+            batch: int = 200, max_messages: int | None = None, idle_timeout: float | None = None) -> ConsumeStats:
+    """Consume ``queue`` until stopped (SIGTERM/SIGINT), ``max_messages``, or ``idle_timeout`` seconds
+    without a message. Messages are stored in batches of up to ``batch`` (or whatever arrived before
+    a 50 ms lull), then acknowledged together."""
+    import pika
+
+    source = source or queue
+    params = pika.URLParameters(url)
+    connection = pika.BlockingConnection(params)
+    channel = connection.channel()
+    channel.queue_declare(queue=queue, durable=True)
+    channel.basic_qos(prefetch_count=prefetch)
+    stats = ConsumeStats()
+    stopping = False
+    idle = 0.0
+    crash_after = int(os.environ.get("FIRESAFE_TEST_CRASH_AFTER_STORE", "0"))  # fault point for the tests
+
+    def stop(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            signal.signal(sig, stop)
+        except ValueError:  # not the main thread
+            pass
+    pending: list[tuple[int, str, str, Any, bytes]] = []  # (delivery tag, id, type, data, body)
+
+    def flush() -> None:
+        """Store the batch, then acknowledge it: a crash in between makes RabbitMQ redeliver it."""
+        if not pending:
+            return
+        try:
+            jobs = app.inbox.ingest_many(source, [(eid, etype, data) for _, eid, etype, data, _ in pending])
+        except StoreError:
+            raise  # nothing acknowledged: RabbitMQ redelivers the batch to the next consumer
+        except FiresafeError:
+            jobs = [_one(tag, eid, etype, data, body) for tag, eid, etype, data, body in pending]
+        for job in jobs:
+            if job is not None and not job.created:
+                stats.duplicates += 1
+            else:
+                stats.stored += 1
+        if crash_after and stats.stored + stats.duplicates >= crash_after:
+            os.kill(os.getpid(), signal.SIGKILL)  # stored, not yet acknowledged
+        channel.basic_ack(pending[-1][0], multiple=True)
+        pending.clear()
+
+    def _one(tag: int, eid: str, etype: str, data: Any, body: bytes) -> Any:
+        try:
+            return app.ingest(source, event_id=eid, type=etype, data=data)
+        except StoreError:
+            raise
+        except FiresafeError as exc:
+            app.inbox.reject(source, f"{type(exc).__name__}: {exc}", body)
+            stats.rejected += 1
+            return None
+
+    try:
+        for method, properties, body in channel.consume(queue, inactivity_timeout=0.05):
+            if method is None:  # a quiet moment: store what is pending
+                flush()
+                idle += 0.05
+                if stopping or (idle_timeout is not None and idle >= idle_timeout):
+                    break
+                continue
+            idle = 0.0
+            try:
+                event_id, etype, data = parse_message(properties, body)
+            except ValueError as exc:
+                flush()  # keep acknowledgements in order
+                app.inbox.reject(source, str(exc), body)
+                stats.rejected += 1
+                channel.basic_ack(method.delivery_tag)
+                continue
+            pending.append((method.delivery_tag, event_id, etype, data, body))
+            if len(pending) >= batch:
+                flush()
+            if stopping or (max_messages is not None
+                            and stats.stored + stats.duplicates + stats.rejected + len(pending) >= max_messages):
+                flush()
+                break
+        flush()
+    finally:
+        try:
+            channel.cancel()
+            connection.close()
+        except Exception:
+            pass
+    log.info("consumer stopped: %s", stats)
+    return stats

@@ -1,0 +1,108 @@
+"""The RabbitMQ consumer against the real broker at 127.0.0.1:5672, with real SIGKILLs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pika
+import pytest
+
+from firesafe.store.base import JobFilter
+
+ROOT = Path(__file__).resolve().parents[2]
+AMQP = os.environ.get("FIRESAFE_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/")
+
+
+def _channel():
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(AMQP))
+    except Exception as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"RabbitMQ unreachable at {AMQP}: {exc}", pytrace=False)
+        pytest.skip(f"RabbitMQ unreachable: {exc}")
+    return conn, conn.channel()
+
+
+def publish(queue: str, messages: list[tuple[str | None, bytes]]) -> None:
+    conn, ch = _channel()
+    ch.queue_declare(queue=queue, durable=True)
+    for mid, body in messages:
+        ch.basic_publish("", queue, body, pika.BasicProperties(message_id=mid, type="order.paid", delivery_mode=2))
+    conn.close()
+
+
+def delete_queue(queue: str) -> None:
+    conn, ch = _channel()
+    ch.queue_delete(queue)
+    conn.close()
+
+
+def run_consumer(store_url: str, queue: str, crash_after: int = 0, idle: float = 1.0) -> int:
+    env = {**os.environ, "FIRESAFE_TEST_CRASH_AFTER_STORE": str(crash_after)}
+    code = ("import sys; from tests.inbox.rabbit_app import build; from firesafe.inbox.amqp import consume;"
+            f"consume(build(sys.argv[1]), {AMQP!r}, sys.argv[2], source='orders', idle_timeout={idle})")
+    proc = subprocess.run([sys.executable, "-c", code, store_url, queue], cwd=ROOT, env=env, timeout=300,
+                          capture_output=True, text=True)
+    if proc.returncode not in (0, -9):
+        print(proc.stderr[-3000:])
+    return proc.returncode
+
+
+@pytest.fixture
+def queue() -> str:
+    name = f"fs_test_{uuid.uuid4().hex[:8]}"
+    yield name
+    delete_queue(name)
+
+
+def test_killed_between_store_and_ack_the_redelivery_is_absorbed(store_url: str, queue: str) -> None:
+    publish(queue, [("m-1", json.dumps({"order": 1}).encode())])
+    assert run_consumer(store_url, queue, crash_after=1) == -9  # stored, then killed before the ack
+    assert run_consumer(store_url, queue) == 0  # RabbitMQ redelivers; the inbox absorbs it
+    from tests.inbox.rabbit_app import build
+
+    app = build(store_url)
+    app.work(burst=True)
+    assert app.store.job_count(JobFilter()) == 1
+    assert app.get("orders:m-1").result == {"order": 1}
+    assert [e["event_id"] for e in app.inbox.list()] == ["m-1"]
+    app.close()
+
+
+def test_messages_without_id_or_json_are_kept_as_rejects(store_url: str, queue: str) -> None:
+    publish(queue, [(None, json.dumps({"no": "id"}).encode()), ("m-2", b"\x00not json"),
+                    ("m-3", json.dumps({"order": 3}).encode())])
+    assert run_consumer(store_url, queue) == 0
+    from tests.inbox.rabbit_app import build
+
+    app = build(store_url)
+    reasons = sorted(r["reason"].split(" ")[0] for r in app.store.inbox_reject_list(None, 10))
+    assert reasons == ["body", "no"]
+    assert [e["event_id"] for e in app.inbox.list()] == ["m-3"]
+    app.close()
+
+
+def test_many_messages_with_the_consumer_killed_twice_lose_nothing_and_apply_nothing_twice(
+        store_url: str, queue: str) -> None:
+    n = int(os.environ.get("FIRESAFE_INBOX_MESSAGES", "10000"))
+    publish(queue, [(f"m-{i}", json.dumps({"order": i}).encode()) for i in range(n)])
+    t0 = time.monotonic()
+    assert run_consumer(store_url, queue, crash_after=n // 3) == -9
+    assert run_consumer(store_url, queue, crash_after=n // 3) == -9
+    assert run_consumer(store_url, queue) == 0
+    from tests.inbox.rabbit_app import build
+
+    app = build(store_url)
+    stats = app.work(burst=True, concurrency=8)
+    assert app.store.job_count(JobFilter()) == n
+    assert app.store.job_count(JobFilter(state="succeeded")) == n
+    assert stats.succeeded == n  # each handler ran once
+    assert len(app.inbox.list(limit=n + 10)) == n
+    print(f"{n} messages, consumer killed twice: {time.monotonic() - t0:.1f}s")
+    app.close()

@@ -1,0 +1,139 @@
+"""The webhook endpoint over real HTTP (uvicorn on 127.0.0.1), on both stores."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+import uvicorn
+
+from firesafe import App, State
+from firesafe.inbox import Bearer, Hmac, StripeSignature
+from firesafe.inbox.http import create_app
+
+SECRET = "whsec_test"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def served(store_url: str) -> Iterator[tuple[App, str, list]]:
+    app = App(store_url)
+    handled: list[str] = []
+    app.event_source("github", id_header="X-GitHub-Delivery", type_header="X-GitHub-Event", verify=Hmac(SECRET))
+    app.event_source("stripe", verify=StripeSignature(SECRET), max_body=4096)
+    app.event_source("internal", id_field="meta.id", type_field="kind", verify=Bearer("t0ken"))
+
+    @app.on_event("github", "push")
+    def on_push(ctx, event) -> None:
+        handled.append(event.id)
+
+    @app.on_event("stripe", "*")
+    def on_stripe(ctx, event) -> None:
+        handled.append(event.id)
+
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(app), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.started
+    yield app, f"http://127.0.0.1:{port}", handled
+    server.should_exit = True
+    thread.join(10)
+    app.close()
+
+
+def github_post(base: str, body: bytes, delivery: str = "d-1", secret: str = SECRET, **headers: str) -> httpx.Response:
+    sig = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    h = {"X-GitHub-Delivery": delivery, "X-GitHub-Event": "push", "X-Hub-Signature-256": sig,
+         "Content-Type": "application/json", **headers}
+    return httpx.post(f"{base}/events/github", content=body, headers=h, timeout=10)
+
+
+def test_the_same_event_posted_50_times_concurrently_is_one_job_and_one_run(served) -> None:
+    app, base, handled = served
+    body = json.dumps({"ref": "refs/heads/main"}).encode()
+    with ThreadPoolExecutor(16) as pool:
+        responses = list(pool.map(lambda _: github_post(base, body, "delivery-77"), range(50)))
+    assert [r.status_code for r in responses] == [200] * 50
+    assert sum(r.json()["created"] for r in responses) == 1
+    assert {r.json()["job"] for r in responses} == {"github:delivery-77"}
+    app.work(burst=True)
+    assert handled == ["delivery-77"]
+    assert app.get("github:delivery-77").state == State.SUCCEEDED
+    assert len(app.inbox.list()) == 1
+
+
+def test_a_stripe_style_signed_event(served) -> None:
+    app, base, handled = served
+    body = json.dumps({"id": "evt_9", "type": "charge.refunded", "data": {"amount": 3}}).encode()
+    t = int(time.time())
+    mac = hmac.new(SECRET.encode(), f"{t}.".encode() + body, hashlib.sha256).hexdigest()
+    r = httpx.post(f"{base}/events/stripe", content=body, headers={"Stripe-Signature": f"t={t},v1={mac}"})
+    assert r.status_code == 200 and r.json()["job"] == "stripe:evt_9"
+    app.work(burst=True)
+    assert handled == ["evt_9"]
+
+
+@pytest.mark.parametrize(
+    "case, status",
+    [("bad signature", 401), ("tampered body", 401), ("no signature", 401), ("missing id", 400),
+     ("not json", 400), ("too big", 413), ("unknown source", 404), ("wrong token", 401)],
+)
+def test_refused_requests_store_nothing(served, case: str, status: int) -> None:
+    app, base, _ = served
+    body = json.dumps({"ref": "x"}).encode()
+    if case == "bad signature":
+        r = github_post(base, body, secret="not-the-secret")
+    elif case == "tampered body":
+        sig = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+        r = httpx.post(f"{base}/events/github", content=body + b" ",
+                       headers={"X-GitHub-Delivery": "d", "X-GitHub-Event": "push", "X-Hub-Signature-256": sig})
+    elif case == "no signature":
+        r = httpx.post(f"{base}/events/github", content=body,
+                       headers={"X-GitHub-Delivery": "d", "X-GitHub-Event": "push"})
+    elif case == "missing id":
+        sig = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+        r = httpx.post(f"{base}/events/github", content=body,
+                       headers={"X-GitHub-Event": "push", "X-Hub-Signature-256": sig})
+    elif case == "not json":
+        r = github_post(base, b"{not json")
+    elif case == "too big":
+        t = int(time.time())
+        big = json.dumps({"id": "evt_big", "type": "x", "pad": "a" * 10_000}).encode()
+        mac = hmac.new(SECRET.encode(), f"{t}.".encode() + big, hashlib.sha256).hexdigest()
+        r = httpx.post(f"{base}/events/stripe", content=big, headers={"Stripe-Signature": f"t={t},v1={mac}"})
+    elif case == "unknown source":
+        r = httpx.post(f"{base}/events/nobody", content=body)
+    else:
+        r = httpx.post(f"{base}/events/internal", content=json.dumps({"meta": {"id": "i1"}, "kind": "k"}),
+                       headers={"Authorization": "Bearer wrong"})
+    assert r.status_code == status, r.text
+    assert "error" in r.json()
+    assert app.inbox.list() == []
+    from firesafe.store.base import JobFilter
+
+    assert app.store.job_count(JobFilter()) == 0
+
+
+def test_bearer_source_with_nested_id_and_unhandled_type(served) -> None:
+    app, base, _ = served
+    r = httpx.post(f"{base}/events/internal", content=json.dumps({"meta": {"id": "i1"}, "kind": "user.created"}),
+                   headers={"Authorization": "Bearer t0ken"})
+    assert r.status_code == 200 and r.json()["job"] is None  # stored, no handler yet
+    assert [e["event_id"] for e in app.inbox.list(unhandled=True)] == ["i1"]
