@@ -1,0 +1,145 @@
+"""``firesafe serve``, ``firesafe consume`` and ``firesafe events``: the event inbox from the shell."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+from rich.table import Table
+
+from firesafe.cli._common import console, echo_json, fail, json_option, open_app, safe_url, store_option
+from firesafe.cli._loader import load_app
+from firesafe.clock import to_datetime
+from firesafe.masking import mask, mask_text
+
+
+@click.command()
+@click.argument("target", metavar="MODULE:APP")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8643, show_default=True)
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+              default="info", show_default=True)
+def serve(target: str, host: str, port: int, log_level: str) -> None:
+    """Receive webhooks for MODULE:APP at POST /events/{source}.
+
+    Each source is configured in the app with app.event_source(NAME, ...) (how to read the event id
+    and type, how to verify the request). A request is answered 2xx only after its event is durably
+    stored; the handler runs later in the workers. Unverified or malformed requests get a 4xx and
+    store nothing; a store fault gets 503 so the sender delivers again.
+
+    \b
+    Examples:
+      firesafe serve myapp:app
+      firesafe serve myapp:app --host 0.0.0.0 --port 8080
+    """
+    import uvicorn
+
+    from firesafe.inbox.http import create_app
+
+    app = load_app(target)
+    if not app.inbox.sources:
+        raise fail(f"{target} declares no event source: add app.event_source(\"NAME\", ...) first")
+    app.store.migrate()
+    click.echo(f"firesafe inbox for {target} on http://{host}:{port}/events/{{{','.join(app.inbox.sources)}}}; "
+               f"store {safe_url(app.store_url)}", err=True)
+    uvicorn.run(create_app(app), host=host, port=port, log_level=log_level.lower())
+
+
+@click.command()
+@click.argument("target", metavar="MODULE:APP")
+@click.option("--from", "url", required=True, metavar="AMQP_URL",
+              help="The broker, e.g. amqp://guest:guest@127.0.0.1:5672/.")
+@click.option("--queue", required=True, help="The queue to consume (declared durable if missing).")
+@click.option("--source", default=None, help="The event source name (default: the queue name).")
+@click.option("--batch", type=click.IntRange(1, 5000), default=200, show_default=True,
+              help="Store up to this many messages per transaction before acknowledging them.")
+@click.option("--idle-exit", type=float, default=None, metavar="SECONDS",
+              help="Exit after this long without a message (for scripts).")
+def consume(target: str, url: str, queue: str, source: str | None, batch: int, idle_exit: float | None) -> None:
+    """Consume a RabbitMQ queue into the event inbox of MODULE:APP.
+
+    A message is acknowledged only after its event is durably stored, so a crash in between makes
+    RabbitMQ redeliver it, and the inbox absorbs the redelivery (one event, one handler job). The
+    event id is the message_id property (else the body's "id"), the type the type property (else the
+    body's "type"). Messages without an id or with a body that is not JSON are kept as rejects with
+    the reason (firesafe events ls --rejected), never silently dropped.
+
+    \b
+    Example:
+      firesafe consume myapp:app --from amqp://guest:guest@127.0.0.1:5672/ --queue orders
+    """
+    from firesafe.inbox.amqp import consume as run
+
+    app = load_app(target)
+    app.store.migrate()
+    try:
+        stats = run(app, url, queue, source=source, batch=batch, idle_timeout=idle_exit)
+    except ImportError as exc:  # pragma: no cover - pika is a dependency
+        raise fail(f"the consumer needs pika: {exc}") from None
+    except OSError as exc:
+        raise fail(f"cannot reach the broker at {safe_url(url)}: {exc}") from None
+    except Exception as exc:
+        if type(exc).__module__.startswith("pika"):
+            raise fail(f"broker error at {safe_url(url)}: {type(exc).__name__}: {exc}") from None
+        raise
+    click.echo(f"stored {stats.stored}, duplicates absorbed {stats.duplicates}, rejected {stats.rejected}",
+               err=True)
+
+
+@click.group()
+def events() -> None:
+    """Stored events: list them, the unhandled ones, the rejects; replay unhandled ones."""
+
+
+@events.command("ls")
+@click.option("--source", default=None, help="Only this source.")
+@click.option("--unhandled", is_flag=True, help="Only events no handler took (yet).")
+@click.option("--rejected", is_flag=True, help="The messages that could not be read as events.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@json_option
+@store_option
+def events_ls(source: str | None, unhandled: bool, rejected: bool, limit: int, as_json: bool,
+              store_url: str | None) -> None:
+    """List stored events, newest first.
+
+    \b
+    Examples:
+      firesafe events ls --unhandled
+      firesafe events ls --rejected --source orders --json
+    """
+    app = open_app(store_url)
+    if rejected:
+        rows = app.store.inbox_reject_list(source, limit)
+        if as_json:
+            echo_json([{**r, "body": mask_text(r["body"] or "")} for r in rows])
+            return
+        table = Table("id", "source", "received", "reason", "body")
+        for r in rows:
+            table.add_row(str(r["id"]), r["source"], str(to_datetime(r["received_at"]))[:19], r["reason"],
+                          mask_text((r["body"] or "")[:80]))
+        console().print(table)
+        return
+    rows = app.inbox.list(source, unhandled, limit)
+    if as_json:
+        echo_json([{**r, "data": mask(r["data"])} for r in rows])
+        return
+    table = Table("source", "event id", "type", "received", "handled", "data")
+    for r in rows:
+        table.add_row(r["source"], r["event_id"], r["type"], str(to_datetime(r["received_at"]))[:19],
+                      "yes" if r["handled"] else "no", json.dumps(mask(r["data"]))[:80])
+    console().print(table)
+
+
+@events.command("replay")
+@click.argument("target", metavar="MODULE:APP")
+@click.option("--source", default=None, help="Only this source.")
+def events_replay(target: str, source: str | None) -> None:
+    """Enqueue the handler jobs of stored events that had no handler when they arrived.
+
+    It needs the app (MODULE:APP) to know which handlers exist now.
+    """
+    app = load_app(target)
+    t = time.monotonic()
+    jobs = app.inbox.replay_unhandled(source)
+    click.echo(f"enqueued {len(jobs)} handler job(s) in {time.monotonic() - t:.2f}s")

@@ -1,0 +1,36 @@
+"""``firesafe rerun``: run a finished job again under its key, resuming from its recorded steps."""
+
+from __future__ import annotations
+
+import click
+
+from firesafe.cli._common import echo_json, json_option, open_app, store_option
+
+
+@click.command(short_help="Run a finished job again: resume, --from-step NAME or --from-scratch.")
+@click.argument("key")
+@click.option("--from-step", "from_step", metavar="NAME", default=None,
+              help="Forget this step and every later one, then run.")
+@click.option("--from-scratch", is_flag=True, help="Forget every recorded step.")
+@json_option
+@store_option
+def rerun(key: str, from_step: str | None, from_scratch: bool, as_json: bool, store_url: str | None) -> None:
+    """Run the finished (dead, cancelled or succeeded) job KEY again under the same key.
+
+    By default it resumes: recorded steps are restored, not run again. The attempt budget is
+    renewed, the history kept, and a `rerun` event records who asked. A worker runs it.
+
+    \b
+    Examples:
+      firesafe rerun agent:42                    # resume from the last completed step
+      firesafe rerun agent:42 --from-step turn-7  # re-run turn 7 and everything after it
+      firesafe rerun refund:o-1 --from-scratch
+    """
+    app = open_app(store_url)
+    job = app.rerun(key, from_step=from_step, from_scratch=from_scratch)
+    steps = app.steps(key)
+    if as_json:
+        echo_json({"key": job.key, "state": str(job.state), "steps_kept": [s["name"] for s in steps]})
+        return
+    kept = ", ".join(s["name"] for s in steps) or "none"
+    click.echo(f"{key}: queued again; steps kept (restored, not re-run): {kept}")

@@ -1,0 +1,37 @@
+"""``firesafe rerun`` from the shell."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from firesafe import App, State
+from firesafe.cli.main import cli
+
+
+def test_rerun_resume_from_step_and_errors(sqlite_url: str) -> None:
+    app = App(sqlite_url)
+    ran: list[str] = []
+
+    @app.job(max_attempts=1)
+    def flow(ctx) -> None:
+        for name in ("a", "b", "c"):
+            ctx.step(name, lambda name=name: ran.append(name))
+
+    flow.enqueue(key="f")
+    app.work(burst=True)
+    runner = CliRunner()
+    r = runner.invoke(cli, ["rerun", "f", "--from-step", "b", "--json", "--store", sqlite_url])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output) == {"key": "f", "state": "queued", "steps_kept": ["a"]}
+    app.work(burst=True)
+    assert ran == ["a", "b", "c", "b", "c"] and app.get("f").state == State.SUCCEEDED
+    r = runner.invoke(cli, ["rerun", "f", "--store", sqlite_url])
+    assert r.exit_code == 0 and "steps kept (restored, not re-run): a, b, c" in r.output
+    r = runner.invoke(cli, ["rerun", "f", "--store", sqlite_url])  # queued now: refused
+    assert r.exit_code == 1 and "only a dead, cancelled or succeeded job can be rerun" in r.output
+    assert "Traceback" not in r.output
+    r = runner.invoke(cli, ["rerun", "nope", "--store", sqlite_url])
+    assert r.exit_code == 1 and "no job with key 'nope'" in r.output
+    app.close()
