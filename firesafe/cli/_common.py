@@ -16,7 +16,6 @@ import click
 from rich.console import Console
 
 from firesafe.app import App
-from firesafe.errors import FiresafeError
 from firesafe.store import open_store, resolve_url
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -248,7 +247,6 @@ def confirm_bulk(action: str, count: int, what: str = "job(s)") -> None:
 __all__ = [
     "CLIError",
     "Duration",
-    "FiresafeError",
     "JSONValue",
     "PointInTime",
     "confirm_bulk",

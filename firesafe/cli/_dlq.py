@@ -39,7 +39,7 @@ def filter_options(f: F) -> F:
     return f
 
 
-@click.group()
+@click.group(short_help="Review dead letters: ls, show, replay, discard, purge.")
 def dlq() -> None:
     """The dead-letter queue: dead jobs keep their arguments, reason and every attempt.
 
@@ -83,7 +83,7 @@ def ls(job: str | None, error: str | None, queue: str | None, since: float | Non
     out.print(f"{len(found)} of {total} dead job(s); `firesafe show KEY` for a job's trace", style="dim")
 
 
-@dlq.command("show")
+@dlq.command("show", short_help="Show a dead job with every attempt.")
 @click.argument("key")
 @click.option("--traceback", "full_tracebacks", is_flag=True, help="Show whole stored tracebacks.")
 @json_option
@@ -102,7 +102,7 @@ def show(key: str, full_tracebacks: bool, as_json: bool, store_url: str | None) 
         return
     out = console()
     if job.state != State.DEAD:
-        out.print(f"note: {key} is not in the dead letters (state {job.state})", style="yellow")
+        out.print(f"note: {key} is not in the dead letters (state {job.state})", style="yellow", markup=False)
     render_job(out, job, full_tracebacks=full_tracebacks)
 
 
@@ -157,7 +157,7 @@ def _review(action: str, keys: tuple[str, ...], filters: dict[str, Any], dry_run
         out.print(f"{len(result.skipped)} job(s) skipped: they had changed state meanwhile", style="yellow")
 
 
-def _review_command(action: str, doc: str) -> click.Command:
+def _review_command(action: str, short_help: str, doc: str) -> click.Command:
     @click.argument("keys", nargs=-1, metavar="[KEY]...")
     @filter_options
     @click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
@@ -170,10 +170,11 @@ def _review_command(action: str, doc: str) -> click.Command:
                 dry_run, yes, as_json, store_url)
 
     command.__doc__ = doc
-    return dlq.command(action)(command)
+    return dlq.command(action, short_help=short_help)(command)
 
 
-_review_command("replay", """Put dead jobs back in their queue: same key, fresh attempt budget, history kept.
+_review_command("replay", "Requeue dead jobs under the same key, fresh budget.",
+                """Put dead jobs back in their queue: same key, fresh attempt budget, history kept.
 
     Give keys, or filters to replay every dead job that matches. A bulk action (filters, or more
     than one key) states how many jobs it will touch and asks first, unless --yes; without a
@@ -186,7 +187,8 @@ _review_command("replay", """Put dead jobs back in their queue: same key, fresh 
       firesafe dlq replay --job refund --since 1d --yes
     """)
 
-_review_command("discard", """Take dead jobs out of the dead letters (they become cancelled, reason discarded).
+_review_command("discard", "Take dead jobs out of the dead letters.",
+                """Take dead jobs out of the dead letters (they become cancelled, reason discarded).
 
     Keys or filters, like replay; bulk discards ask for confirmation unless --yes.
 
@@ -197,7 +199,7 @@ _review_command("discard", """Take dead jobs out of the dead letters (they becom
     """)
 
 
-@dlq.command("purge")
+@dlq.command("purge", short_help="Delete old dead jobs; their keys become free.")
 @click.option("--older-than", type=Duration(), required=True, metavar="AGE",
               help="Delete dead jobs that died longer ago than AGE (30d, 12h, ...).")
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")

@@ -54,10 +54,12 @@ def masked_job_dict(job: Job, *, with_trace: bool = True) -> dict[str, Any]:
     return d
 
 
-def when(value: datetime | None) -> str:
-    """A UTC time to the millisecond, or '-'."""
+def when(value: datetime | None, ms: bool = True) -> str:
+    """A UTC time (to the millisecond unless ``ms`` is False), or '-'."""
     if value is None:
         return "-"
+    if not ms:
+        return value.strftime("%Y-%m-%d %H:%M:%SZ")
     return value.strftime("%Y-%m-%d %H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
 
 
@@ -75,6 +77,8 @@ def duration_of(a: Attempt) -> str:
         seconds = (a.ended_at - a.started_at).total_seconds()
     if not isinstance(seconds, (int, float)):
         return "-"
+    if seconds < 0.001:
+        return f"{seconds * 1e6:.0f}µs"
     return f"{seconds * 1000:.1f}ms" if seconds < 1 else f"{seconds:.2f}s"
 
 
@@ -127,8 +131,9 @@ def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None
 
     if job.trace:
         table = Table(title="attempts", title_justify="left", show_lines=False)
-        for name in ("#", "attempt", "worker", "started", "ended", "duration", "outcome", "error"):
-            table.add_column(name, overflow="fold")
+        for name in ("#", "attempt", "worker", "started", "ended", "duration", "outcome"):
+            table.add_column(name, no_wrap=name in ("#", "attempt", "duration", "outcome"), overflow="fold")
+        table.add_column("error", overflow="fold")
         for a in job.trace:
             table.add_row(str(a.seq), str(a.attempt), Text(a.worker or "-"), when(a.started_at), when(a.ended_at),
                           duration_of(a), Text(a.outcome or "running", style=OUTCOME_STYLE.get(a.outcome, "")),
@@ -166,12 +171,12 @@ def jobs_table(jobs: Sequence[Job], title: str | None = None) -> Table:
     table.add_column("job")
     table.add_column("queue")
     table.add_column("state")
-    table.add_column("attempts", justify="right")
+    table.add_column("attempts", justify="right", no_wrap=True)
     table.add_column("updated")
     table.add_column("last error", overflow="fold")
     for j in jobs:
         table.add_row(Text(j.key), Text(j.name), Text(j.queue), state_text(j.state), f"{j.attempt}/{j.max_attempts}",
-                      when(j.updated_at), error_of(j.error_type, j.error_message, width=80))
+                      when(j.updated_at, ms=False), error_of(j.error_type, j.error_message, width=80))
     return table
 
 
@@ -181,12 +186,12 @@ def dead_table(jobs: Sequence[Job], title: str | None = None) -> Table:
     table.add_column("job")
     table.add_column("queue")
     table.add_column("reason")
-    table.add_column("attempts", justify="right")
+    table.add_column("attempts", justify="right", no_wrap=True)
     table.add_column("died")
     table.add_column("error", overflow="fold")
     for j in jobs:
         table.add_row(Text(j.key), Text(j.name), Text(j.queue), Text(j.reason or "-"), f"{j.attempt}/{j.max_attempts}",
-                      when(j.finished_at or j.updated_at), error_of(j.error_type, j.error_message, width=80))
+                      when(j.finished_at or j.updated_at, ms=False), error_of(j.error_type, j.error_message, width=80))
     return table
 
 

@@ -16,7 +16,7 @@ from firesafe.store.base import JobFilter
 STATES = [str(s) for s in State]
 
 
-@click.command()
+@click.command(short_help="Create or upgrade the store's schema.")
 @store_option
 @json_option
 def migrate(store_url: str | None, as_json: bool) -> None:
@@ -45,7 +45,7 @@ def migrate(store_url: str | None, as_json: bool) -> None:
         click.echo(f"{safe_url(url)}: already up to date (schema version {version})")
 
 
-@click.command()
+@click.command(short_help="Show a job's timeline: attempts, errors, events.")
 @click.argument("key")
 @click.option("--traceback", "full_tracebacks", is_flag=True,
               help="Show each attempt's whole stored traceback (default: its last lines).")
@@ -118,7 +118,7 @@ def stats(as_json: bool, store_url: str | None) -> None:
     console().print(stats_table(data))
 
 
-@click.command()
+@click.command(short_help="Cancel a job (waiting: at once; running: asked to stop).")
 @click.argument("key")
 @store_option
 def cancel(key: str, store_url: str | None) -> None:

@@ -48,7 +48,7 @@ def _watch_parent(worker: Any) -> None:
     threading.Thread(target=watch, name="firesafe-parent-watch", daemon=True).start()
 
 
-@click.command()
+@click.command(short_help="Run worker processes for MODULE:APP.")
 @click.argument("target", metavar="MODULE:APP")
 @click.option("--queues", "-q", metavar="Q1,Q2", help="Comma-separated queues to take jobs from "
               "(default: every queue the app's jobs declare).")
@@ -118,7 +118,7 @@ def worker(target: str, queues: str | None, concurrency: int, processes: int, bu
         app.close()
 
 
-@click.command()
+@click.command(short_help="Enqueue a job of MODULE:APP, idempotent per --key.")
 @click.argument("target", metavar="MODULE:APP")
 @click.argument("job_name", metavar="JOB_NAME")
 @click.option("--args", "args_", type=JSONValue(list), default="[]", metavar="JSON_LIST",

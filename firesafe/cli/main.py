@@ -14,10 +14,16 @@ from typing import Any
 import click
 
 from firesafe import __version__
+from firesafe.cli._alerts import alerts
 from firesafe.cli._common import CLIError
+from firesafe.cli._dashboard import dashboard
 from firesafe.cli._dlq import dlq
+from firesafe.cli._inbox import consume, events, serve
+from firesafe.cli._limits import limiters
+from firesafe.cli._rerun import rerun
 from firesafe.cli._review import cancel, jobs_cmd, migrate, show, stats
 from firesafe.cli._run import enqueue, worker
+from firesafe.cli._schedules import backfill, schedules
 from firesafe.errors import FiresafeError
 from firesafe.masking import mask_text
 
@@ -54,7 +60,8 @@ def cli() -> None:
     """
 
 
-for command in (worker, enqueue, migrate, show, jobs_cmd, stats, cancel, dlq):
+for command in (worker, enqueue, migrate, show, jobs_cmd, stats, cancel, dlq, dashboard, alerts, schedules,
+                backfill, rerun, serve, consume, events, limiters):
     cli.add_command(command)
 
 

@@ -11,11 +11,12 @@ keeps dying within seconds of starting (a crash loop) makes the supervisor stop 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import select
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -63,23 +64,38 @@ class Supervisor:
         self.max_quick_failures = max_quick_failures
         self.check_interval = check_interval
         self.slots = [_Slot(i + 1) for i in range(processes)]
-        self._wake = threading.Event()
+        # Signal handlers only append to a list and write a byte to this pipe: taking a lock in a
+        # handler (threading.Event.set) can deadlock against the same lock held by the main thread.
+        self._wake_r = self._wake_w = -1
         self._received: list[int] = []  # signals received, not yet forwarded
         self._stopping = False
         self._failed = False
 
     # -- signals ---------------------------------------------------------------------------------
+    def _poke(self) -> None:
+        if self._wake_w >= 0:
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.write(self._wake_w, b"\0")
+
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._received.append(signum)
-        self._wake.set()
+        self._poke()
 
     def _on_child(self, signum: int, frame: Any) -> None:
-        self._wake.set()
+        self._poke()
+
+    def _sleep(self, timeout: float) -> None:
+        """Wait until a signal, a child's exit or ``timeout``, whichever comes first."""
+        ready, _, _ = select.select([self._wake_r], [], [], timeout)
+        if ready:
+            with contextlib.suppress(BlockingIOError, OSError):
+                while os.read(self._wake_r, 4096):
+                    pass
 
     def stop(self, signum: int = signal.SIGTERM) -> None:
-        """Ask every child to stop, as if the supervisor had received ``signum``."""
+        """Ask every child to stop, as if the supervisor had received ``signum`` (any thread may call it)."""
         self._received.append(signum)
-        self._wake.set()
+        self._poke()
 
     # -- children ----------------------------------------------------------------------------------
     def _start(self, slot: _Slot) -> None:
@@ -144,7 +160,10 @@ class Supervisor:
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> int:
-        """Run until every child has exited; 0 if all ended cleanly, else 1."""
+        """Run until every child has exited (call it once, from the main thread); 0 if all ended cleanly, else 1."""
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)}
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
@@ -154,7 +173,6 @@ class Supervisor:
             for slot in self.slots:
                 self._start(slot)
             while True:
-                self._wake.clear()
                 while self._received:
                     signum = self._received.pop(0)
                     self._begin_stop(signum, f"signal {signum}")
@@ -172,13 +190,16 @@ class Supervisor:
                 timeout = self.check_interval
                 if waiting:
                     timeout = max(0.0, min(timeout, min(waiting) - now))
-                self._wake.wait(timeout)
+                self._sleep(timeout)
         except BaseException:
             self._forward(signal.SIGTERM)  # never leave children behind
             raise
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), -1, -1
+            for fd in fds:
+                os.close(fd)
         clean = not self._failed and all(s.returncode == 0 for s in self.slots)
         log.info("all worker processes exited%s", "" if clean else " (not all cleanly)")
         return 0 if clean else 1

@@ -94,6 +94,12 @@ class Worker:
         self._pool: Pool | None = None
         self._signals = 0
         self._unsaved: list[tuple[list[FinishParams], list[tuple[_Running, Any]] | None, bool]] = []
+        # Limiters (firesafe/limits): None unless the app declares some; checks their config now.
+        self._limits: Any = None
+        if app.limiters or any(j.limiters for j in app.jobs.values()):
+            from firesafe.limits.gate import Gate
+
+            self._limits = Gate(self)
 
     # -- control -----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -108,7 +114,8 @@ class Worker:
                 log.warning("second signal: exiting now; leases of running jobs will expire and be rescued")
                 os._exit(1)
             log.info("signal %s: finishing running jobs (grace %.0fs), claiming no more", signum, self.grace)
-            self.stop()
+            # Not self.stop() here: Event.set() takes a lock the interrupted main thread may hold.
+            threading.Thread(target=self.stop, name="firesafe-stop", daemon=True).start()
 
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
@@ -116,6 +123,13 @@ class Worker:
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> WorkerStats:
         self._pool = Pool(self.concurrency)
+        # A store that can push wake-ups (PostgreSQL LISTEN/NOTIFY) ends the idle wait as soon as a job
+        # arrives; polling every poll_interval stays the fallback.
+        listener = self.store.listen(self.queues, self._wake.set) if (
+            not self.burst and hasattr(self.store, "listen")) else None
+        # Background duties (alert dispatch, ...) run in threads of their own: a slow one never
+        # slows this loop.
+        duties = self.app._start_duties(self)
         store_backoff = Backoff(base=0.5, factor=2.0, cap=15.0, jitter="equal")
         faults = 0
         last_beat = last_rescue = last_prune = 0.0
@@ -161,7 +175,11 @@ class Worker:
                     if self._stopping.wait(pause):
                         stop_at = stop_at or time.monotonic() + self.grace
         finally:
+            if listener is not None:
+                listener.close()
             self._shutdown()
+            for stop in duties:
+                stop()
         return self.stats
 
     def _sleep_time(self) -> float:
@@ -169,6 +187,8 @@ class Worker:
         deadlines = [r.deadline for r in self._running.values() if r.deadline and not r.done]
         if deadlines:
             wait = min(wait, max(0.0, min(deadlines) - time.monotonic()))
+        if self._limits is not None:  # wake when jobs given back to a limiter come up
+            wait = self._limits.sleep_time(wait)
         return wait
 
     def _idle(self) -> bool:
@@ -192,7 +212,8 @@ class Worker:
             return []
         claimed = self.store.job_claim(ClaimParams(self.queues, min(free, self.batch), self.id, self.lease))
         self.stats.claimed += len(claimed)
-        for c in claimed:
+        # Jobs under limiters that may not start now are given back in the store (no attempt used).
+        for c in self._limits.admit(claimed) if self._limits is not None else claimed:
             self._start(c)
         return claimed
 
@@ -238,6 +259,8 @@ class Worker:
                                               cancel_requested=running.ctx.cancelled,
                                               detail=running.ctx._detail()))
             meta.append((running, res))
+        if finishes and self._limits is not None:  # Retry-After, breakers: may give attempts back
+            finishes, meta = self._limits.settle(finishes, meta)  # type: ignore[assignment]
         if finishes:
             self._save(finishes, meta)
 
@@ -255,7 +278,11 @@ class Worker:
             r.ctx._request_cancel()
             finishes.append(executor.conclude(r.claimed, jobdef, res, self.random.random(), detail=r.ctx._detail()))
             r.done = True  # keeps its slot until the thread really returns
-        self._save(finishes, [(r, None) for r in expired], keep_slots=True)
+        meta: list[tuple[_Running, Any]] | None = [(r, None) for r in expired]
+        if self._limits is not None:  # a timeout counts toward the breaker
+            finishes, meta = self._limits.settle(finishes, meta, keep_slots=True)
+        if finishes:
+            self._save(finishes, meta, keep_slots=True)
 
     def _save(self, finishes: list[FinishParams], meta: list[tuple[_Running, Any]] | None = None,
               keep_slots: bool = False) -> None:
@@ -264,6 +291,11 @@ class Worker:
         except StoreError:
             self._unsaved.append((finishes, meta, keep_slots))
             raise
+        self._book(finishes, meta, applied, keep_slots)
+
+    def _book(self, finishes: list[FinishParams], meta: list[tuple[_Running, Any]] | None, applied: list[bool],
+              keep_slots: bool = False) -> None:
+        """Account for saved outcomes: free slots, count, log, run the finish hooks."""
         for i, (fin, ok) in enumerate(zip(finishes, applied, strict=True)):
             running = meta[i][0] if meta else None
             key = running.claimed.job.key if running else str(fin.job_id)

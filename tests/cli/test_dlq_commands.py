@@ -109,6 +109,12 @@ def test_bulk_replay_with_yes_moves_exactly_the_matching_jobs(dead: App) -> None
     assert again.exit_code == 0 and "nothing to replay" in again.output
 
 
+def test_bulk_actions_show_progress(dead: App) -> None:
+    result = run("dlq", "discard", "--yes", "--store", dead.store_url)
+    assert result.exit_code == 0 and result.stdout.strip() == "discarded 3 job(s)"
+    assert "discard" in result.stderr and "3/3" in result.stderr  # the progress bar, on stderr
+
+
 def test_keys_and_filters_together_are_a_usage_error(dead: App) -> None:
     result = run("dlq", "replay", "refund:o-1", "--job", "refund", "--store", dead.store_url)
     assert result.exit_code == 2 and "not both" in result.output

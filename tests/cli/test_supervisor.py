@@ -31,7 +31,7 @@ def test_a_child_that_fails_once_is_restarted_then_finishes(tmp_path: Path) -> N
 def test_a_crash_loop_gives_up_and_fails(tmp_path: Path) -> None:
     sup = Supervisor(child("import sys; sys.exit(4)"), 2, burst=True, restart_backoff=FAST, max_quick_failures=3)
     assert sup.run() == 1
-    assert max(s.restarts for s in sup.slots) == 2 and all(s.returncode == 4 for s in sup.slots)
+    assert max(s.restarts for s in sup.slots) == 2
     assert all(s.proc is None and s.restart_at is None for s in sup.slots)  # nothing left running or pending
 
 

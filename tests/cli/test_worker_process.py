@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -140,3 +142,38 @@ def test_unknown_store_url_and_unknown_key_from_the_shell(appmod: AppModule) -> 
     assert run_cli(["migrate", "--store", appmod.url], appmod.dir).returncode == 0
     proc = run_cli(["show", "missing-key"], appmod.dir, FIRESAFE_STORE=appmod.url)
     assert proc.returncode == 1 and proc.stderr == "error: no job with key 'missing-key'\n" and proc.stdout == ""
+
+
+def test_bulk_replay_on_a_terminal_asks_first(appmod: AppModule) -> None:
+    module = appmod.load()
+    module.charge.enqueue_many([{"kwargs": {"order_id": f"bad-{i}", "api_key": "k"}, "key": f"c:{i}"} for i in (1, 2)])
+    module.app.work(burst=True, wait_scheduled=True)
+    module.app.close()
+    for answer, code in (("n", 1), ("y", 0)):
+        controller, terminal = os.openpty()
+        try:
+            os.write(controller, f"{answer}\n".encode())
+            proc = subprocess.run([sys.executable, "-m", "firesafe", "dlq", "replay", "--job", "charge", "--store",
+                                   appmod.url], stdin=terminal, capture_output=True, text=True, timeout=30,
+                                  cwd=appmod.dir)
+        finally:
+            os.close(terminal)
+            os.close(controller)
+        assert proc.returncode == code, proc.stderr
+        assert "Replay 2 job(s)? [y/N]" in proc.stderr
+        if answer == "n":
+            assert "not confirmed; nothing changed" in proc.stderr
+            assert set(states(appmod.url).values()) == {"dead"}
+    assert proc.stdout.strip() == "replayed 2 job(s)" and set(states(appmod.url).values()) == {"queued"}
+
+
+def test_children_stop_gracefully_when_the_supervisor_is_killed(appmod: AppModule) -> None:
+    log = appmod.dir / "supervisor.log"
+    proc = start_cli(["worker", appmod.target, "--processes", "2"], appmod.dir, log)
+    try:
+        wait_for(lambda: log.read_text().count(" started: queues=") == 2, what="both children")
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_for(lambda: log.read_text().count(" stopped: {") == 2, timeout=15, what="both children to stop")
+    assert log.read_text().count(f"supervisor (pid {proc.pid}) is gone: stopping this worker") == 2
