@@ -17,6 +17,7 @@ from typing import Any
 
 from firesafe.alerts.store_sqlite import AlertsSQLite
 from firesafe.clock import Clock, SystemClock
+from firesafe.dashboard.store_sqlite import DashboardSQLite
 from firesafe.errors import StoreError
 from firesafe.inbox.store_sqlite import InboxSQLite
 from firesafe.limits.store_sqlite import LimitsSQLite
@@ -65,7 +66,7 @@ def _explain(exc: sqlite3.Error, path: str) -> StoreError:
     return err
 
 
-class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, AlertsSQLite, Store):
+class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, AlertsSQLite, DashboardSQLite, Store):
     dialect = "sqlite"
 
     def __init__(self, path: str, clock: Clock | None = None, *, busy_timeout: float = 30.0,
@@ -275,6 +276,9 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
                         "error_type": it.error_type, "message": it.message, "traceback": it.traceback,
                         "detail": it.detail, "now": now})
                 applied.append(ok)
+            # Alerts of jobs that went dead, in this same transaction (invariant 4: an outbox).
+            self._outbox_dead(c, [it.job_id for it, ok in zip(items, applied, strict=True)
+                                  if ok and it.state == State.DEAD], now)
         return applied
 
     def job_heartbeat_many(self, items: Sequence[tuple[int, str]], lease: float) -> dict[int, bool]:
@@ -307,6 +311,8 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
                         "error_type": "WorkerLost", "message": it.message, "traceback": None,
                         "detail": None, "now": now})
                 applied.append(ok)
+            self._outbox_dead(c, [it.job_id for it, ok in zip(items, applied, strict=True)
+                                  if ok and it.state == State.DEAD], now)  # alerts: see job_finish_many
         return applied
 
     @staticmethod

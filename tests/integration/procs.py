@@ -3,6 +3,7 @@
 Run from the repository root as::
 
     python -m tests.integration.procs worker STORE_URL --dir DIR [--concurrency N] [--grace S] [--burst]
+                                             [--lease S] [--poll S] [--max-lost N]
     python -m tests.integration.procs enqueue STORE_URL --dir DIR --keys N --ready F --barrier F --out F
 
 Every job records what it does outside the job store, in DIR:
@@ -26,6 +27,7 @@ import random
 import sqlite3
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +56,7 @@ class Effects:
 
     def create(self) -> None:
         self.markers.mkdir(parents=True, exist_ok=True)
-        with self._connect() as conn:
+        with closing(self._connect()) as conn:
             conn.execute("PRAGMA journal_mode = WAL")
             for statement in _SCHEMA:
                 conn.execute(statement)
@@ -104,12 +106,12 @@ class Effects:
 
     def applied(self) -> dict[str, tuple[int, int]]:
         """``{key: (run, pid)}`` of every effect applied."""
-        with self._connect() as conn:
+        with closing(self._connect()) as conn:
             return {k: (r, p) for k, r, p in conn.execute("SELECT key, run, pid FROM applied")}
 
     def calls(self) -> list[tuple[str, int, int, bool]]:
         """Every attempt that reached the effect: ``(key, run, pid, applied)``."""
-        with self._connect() as conn:
+        with closing(self._connect()) as conn:
             return [(k, r, p, bool(a)) for k, r, p, a in conn.execute("SELECT key, run, pid, applied FROM calls")]
 
     def log_lines(self) -> list[str]:
@@ -158,7 +160,7 @@ def build_app(store_url: str, folder: str | Path, *, lease: float = LEASE) -> Ap
 def run_worker(opts: argparse.Namespace) -> int:
     app = build_app(opts.store, opts.dir, lease=opts.lease)
     worker = app.worker(concurrency=opts.concurrency, burst=opts.burst, wait_scheduled=opts.burst,
-                        grace=opts.grace, poll_interval=opts.poll)
+                        grace=opts.grace, poll_interval=opts.poll, max_lost=opts.max_lost)
     worker.install_signal_handlers()
     stats = worker.run()
     app.close()
@@ -209,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--grace", type=float, default=30.0)
     parser.add_argument("--poll", type=float, default=0.1)
+    parser.add_argument("--max-lost", type=int, default=3, help="losses before a job goes dead as worker_lost")
     parser.add_argument("--burst", action="store_true", help="exit once nothing is left (waits for retries)")
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=50)

@@ -43,24 +43,26 @@ def test_sigkilled_worker_job_is_rescued_and_its_effect_lands_exactly_once(world
     assert "rescued 1 job(s)" in second.stderr()
 
 
-def test_300_jobs_two_workers_one_killed_three_times_every_effect_applied_once(world: World) -> None:
+def test_300_jobs_on_two_workers_one_killed_three_times_every_effect_applied_once(world: World) -> None:
     n = 3000 if os.environ.get("FIRESAFE_SOAK") == "1" else 300
     keys = [f"s{i}" for i in range(n)]
     # Given n jobs that each work 0.05 s, apply their (deduplicated) effect, then work 0.05 s more
     world.app.jobs["effect"].enqueue_many(
         [{"key": k, "kwargs": {"sleep": 0.05, "sleep_runs": 99, "after": 0.05}} for k in keys])
-    steady = world.procs.worker("steady", "--burst")
-    victim = world.procs.worker("victim-0", "--burst")
+    # (a job may be running on the victim at two kills: allow more losses than the default 3, which
+    # is the poison-job limit tested in test_poison.py, not what this test is about)
+    steady = world.procs.worker("steady", "--burst", "--max-lost", "10")
+    victim = world.procs.worker("victim-0", "--burst", "--max-lost", "10")
 
     # When one worker is SIGKILLed three times while it holds running jobs, and restarted each time
-    killed_jobs: list[str] = []
+    kills: list[tuple[int, list[str]]] = []  # (pid killed, jobs it held a moment before)
     for round_ in range(1, 4):
-        wait_until(lambda r=round_: world.count(state="succeeded") >= r * n // 5, 60, f"{round_}/5 of the jobs done")
+        wait_until(lambda r=round_: world.count(state="succeeded") >= r * n // 6, 60, f"{round_}/6 of the jobs done")
         held = wait_until(lambda v=victim: world.running_on(v.pid), 30, "the victim to hold running jobs")
         victim.signal(signal.SIGKILL)
         assert victim.wait(10) == -signal.SIGKILL
-        killed_jobs.extend(j.key for j in held)
-        victim = world.procs.worker(f"victim-{round_}", "--burst")
+        kills.append((victim.pid, [j.key for j in held]))
+        victim = world.procs.worker(f"victim-{round_}", "--burst", "--max-lost", "10")
 
     # Then both workers drain everything and stop on their own
     assert steady.wait(120) == 0, steady.stderr()[-3000:]
@@ -77,8 +79,9 @@ def test_300_jobs_two_workers_one_killed_three_times_every_effect_applied_once(w
         lost_attempts += outcomes["lost"]
         if full.lost:
             lost_keys.add(job.key)
-    assert set(killed_jobs) <= lost_keys  # every job running on a killed worker was rescued as lost
-    assert lost_attempts >= 3
+    for pid, keys_held in kills:  # each kill cut attempts short, and those were rescued as lost
+        ends = [a.outcome for k in keys_held for a in world.job(k).trace if a.worker and f":{pid}:" in a.worker]
+        assert "lost" in ends and set(ends) <= {"lost", "succeeded"}, (pid, ends)
 
     # Every key's effect applied exactly once, whatever the number of attempts that reached it
     applied = world.effects.applied()

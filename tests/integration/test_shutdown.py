@@ -11,8 +11,8 @@ from tests.integration.conftest import World, wait_until
 KEYS = [f"long:{i}" for i in range(4)]
 
 
-def start_four_long_jobs(world: World, *options: str):
-    world.app.jobs["effect"].enqueue_many([{"key": k, "kwargs": {"sleep": 2.0, "sleep_runs": 1}} for k in KEYS])
+def start_four_long_jobs(world: World, sleep: float, *options: str):
+    world.app.jobs["effect"].enqueue_many([{"key": k, "kwargs": {"sleep": sleep, "sleep_runs": 1}} for k in KEYS])
     worker = world.procs.worker("worker", "--concurrency", "4", *options)
     wait_until(lambda: all(world.effects.started(k, 1) for k in KEYS), 30, "the four jobs to start")
     return worker
@@ -20,7 +20,7 @@ def start_four_long_jobs(world: World, *options: str):
 
 def test_sigterm_with_a_long_grace_lets_running_jobs_finish(world: World) -> None:
     # Given a worker running four jobs that take 2 s each
-    worker = start_four_long_jobs(world, "--grace", "15")
+    worker = start_four_long_jobs(world, 2.0, "--grace", "15")
 
     # When it gets SIGTERM
     worker.signal(signal.SIGTERM)
@@ -39,8 +39,8 @@ def test_sigterm_with_a_long_grace_lets_running_jobs_finish(world: World) -> Non
 
 
 def test_sigterm_with_a_short_grace_releases_running_jobs_for_a_later_worker(world: World) -> None:
-    # Given a worker with a 0.5 s grace period running four jobs that take 2 s each
-    worker = start_four_long_jobs(world, "--grace", "0.5")
+    # Given a worker with a 0.5 s grace period running four jobs that take 3 s each
+    worker = start_four_long_jobs(world, 3.0, "--grace", "0.5")
 
     # When it gets SIGTERM
     sent = time.monotonic()
@@ -48,7 +48,7 @@ def test_sigterm_with_a_short_grace_releases_running_jobs_for_a_later_worker(wor
 
     # Then it stops after the grace period and gives the four jobs back, none left running
     assert worker.wait(30) == 0, worker.stderr()
-    assert time.monotonic() - sent < 2.0  # it did not wait for the jobs
+    assert time.monotonic() - sent < 2.5  # it did not wait for the jobs
     assert "releasing 4 running job(s)" in worker.stderr()
     assert world.count(state="running") == 0
     for key in KEYS:
