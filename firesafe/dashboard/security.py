@@ -1,0 +1,172 @@
+"""The dashboard's guards, as pure functions: tokens, loopback binds, CSRF tokens and origins.
+
+The rules they keep: a non-loopback bind needs a token; without a token only loopback ``Host``
+names are served (no DNS rebinding); a state-changing request needs a CSRF token bound to the
+browser's cookie, and a same-origin ``Origin`` when the browser sends one.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import ipaddress
+import re
+from dataclasses import dataclass
+
+from firesafe.errors import ConfigError
+
+#: A token's secret must be at least this long: it is the only lock on a non-loopback bind.
+MIN_SECRET = 16
+_TOKEN_NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
+
+
+@dataclass(frozen=True)
+class Token:
+    """The dashboard's access token; ``name`` (optional) is recorded as the actor of replays."""
+
+    secret: str
+    name: str | None = None
+
+    def __repr__(self) -> str:  # never print the secret
+        return f"Token(name={self.name!r}, secret='********')"
+
+
+def parse_token(spec: str | None) -> Token | None:
+    """A token from ``SECRET`` or ``NAME:SECRET`` (None or empty: no token).
+
+    >>> parse_token("alice:0123456789abcdef0123")
+    Token(name='alice', secret='********')
+    >>> parse_token("0123456789abcdef0123").name is None
+    True
+    >>> parse_token("short")
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.ConfigError: the dashboard token is too short ...
+    """
+    if spec is None or not spec.strip():
+        return None
+    spec = spec.strip()
+    name: str | None = None
+    head, sep, tail = spec.partition(":")
+    if sep and _TOKEN_NAME.match(head) and len(tail) >= MIN_SECRET:
+        name, spec = head, tail
+    if len(spec) < MIN_SECRET:
+        raise ConfigError(
+            f"the dashboard token is too short ({len(spec)} characters): use at least {MIN_SECRET}, "
+            "for example: python -c 'import secrets; print(secrets.token_urlsafe(24))'")
+    if not spec.isprintable() or any(c.isspace() for c in spec):
+        raise ConfigError("the dashboard token must be printable characters without spaces")
+    return Token(spec, name)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address or ``Host`` name stays on this machine.
+
+    >>> [is_loopback(h) for h in ("127.0.0.1", "127.8.0.1", "::1", "[::1]", "localhost", "0.0.0.0", "10.0.0.2")]
+    [True, True, True, True, True, False, False]
+    >>> is_loopback("evil.example.com")
+    False
+    """
+    h = host.strip().lower()
+    if h.startswith("[") and h.endswith("]"):
+        h = h[1:-1]
+    if h in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(host_header: str) -> str:
+    """The name part of a ``Host`` header (without the port).
+
+    >>> host_name("127.0.0.1:8642"), host_name("[::1]:8642"), host_name("localhost")
+    ('127.0.0.1', '[::1]', 'localhost')
+    """
+    h = host_header.strip()
+    if h.startswith("["):
+        return h[: h.find("]") + 1] if "]" in h else h
+    return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
+
+
+def check_credentials(authorization: str | None, token: Token) -> bool:
+    """Whether an ``Authorization`` header carries the token (``Bearer SECRET``, or basic auth
+    with the secret as the password and any user name).
+
+    >>> t = Token("0123456789abcdef0123")
+    >>> check_credentials("Bearer 0123456789abcdef0123", t), check_credentials("Bearer nope", t)
+    (True, False)
+    >>> basic = "Basic " + base64.b64encode(b"ann:0123456789abcdef0123").decode()
+    >>> check_credentials(basic, t), check_credentials(None, t), check_credentials("Basic !!", t)
+    (True, False, False)
+    """
+    if not authorization:
+        return False
+    scheme, _, value = authorization.strip().partition(" ")
+    value = value.strip()
+    if scheme.lower() == "bearer":
+        given = value
+    elif scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(value, validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return False
+        given = decoded.partition(":")[2]
+    else:
+        return False
+    return hmac.compare_digest(given.encode(), token.secret.encode())
+
+
+def csrf_token(key: bytes, session: str) -> str:
+    """The CSRF token of a browser session (its cookie): an HMAC only this server can make.
+
+    >>> csrf_token(b"k" * 32, "abc") == csrf_token(b"k" * 32, "abc") != csrf_token(b"k" * 32, "abd")
+    True
+    """
+    return hmac.new(key, b"firesafe-csrf:" + session.encode(), hashlib.sha256).hexdigest()
+
+
+def csrf_valid(key: bytes, session: str | None, given: str | None) -> bool:
+    """Whether a submitted CSRF token matches the session cookie.
+
+    >>> k = b"k" * 32
+    >>> csrf_valid(k, "abc", csrf_token(k, "abc")), csrf_valid(k, None, "x"), csrf_valid(k, "abc", "")
+    (True, False, False)
+    """
+    if not session or not given:
+        return False
+    return hmac.compare_digest(csrf_token(key, session), given)
+
+
+def same_origin(origin: str | None, scheme: str, host_header: str) -> bool:
+    """Whether a request's ``Origin`` (when the browser sent one) is the dashboard's own.
+
+    >>> same_origin("http://127.0.0.1:8642", "http", "127.0.0.1:8642")
+    True
+    >>> same_origin("http://127.0.0.1:9999", "http", "127.0.0.1:8642")
+    False
+    >>> same_origin(None, "http", "127.0.0.1:8642"), same_origin("null", "http", "127.0.0.1:8642")
+    (True, False)
+    """
+    if origin is None:
+        return True
+    return origin.strip().lower() == f"{scheme}://{host_header.strip().lower()}"
+
+
+def actor_for(token: Token | None, client: str | None) -> str:
+    """Who a dashboard action is recorded as: the token's name, or the client's address.
+
+    >>> actor_for(None, "127.0.0.1"), actor_for(Token("x" * 16, "alice"), "10.1.2.3")
+    ('dashboard@127.0.0.1', 'alice (dashboard@10.1.2.3)')
+    """
+    where = f"dashboard@{client or 'unknown'}"
+    return f"{token.name} ({where})" if token and token.name else where
+
+
+def new_session() -> str:
+    import secrets
+
+    return secrets.token_urlsafe(24)

@@ -1,0 +1,95 @@
+"""Serving the dashboard with uvicorn: in the foreground (the CLI) or on a background thread.
+
+The bind rule: a loopback address needs nothing; any other address needs a token, and the
+dashboard refuses to start without one.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from firesafe.dashboard.security import Token, is_loopback, parse_token
+from firesafe.errors import ConfigError
+
+TOKEN_ENV = "FIRESAFE_DASHBOARD_TOKEN"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8642
+
+
+def resolve_token(given: str | None) -> Token | None:
+    """The token given, else ``$FIRESAFE_DASHBOARD_TOKEN``, else none."""
+    return parse_token(given if given else os.environ.get(TOKEN_ENV))
+
+
+def check_bind(host: str, token: Token | None) -> None:
+    """Refuse a non-loopback bind without a token.
+
+    >>> check_bind("127.0.0.1", None)
+    >>> check_bind("0.0.0.0", None)
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.ConfigError: refusing to serve the dashboard on 0.0.0.0 without a token, ...
+    """
+    if not is_loopback(host) and token is None:
+        raise ConfigError(
+            f"refusing to serve the dashboard on {host} without a token, since anyone who can reach it "
+            f"could replay or discard jobs. Pass --token (or set ${TOKEN_ENV}), or bind 127.0.0.1")
+
+
+def _config(asgi: Any, host: str, port: int, log_level: str, access_log: bool) -> Any:
+    import uvicorn
+
+    return uvicorn.Config(asgi, host=host, port=port, log_level=log_level, access_log=access_log, lifespan="off",
+                          ws="none", server_header=False, proxy_headers=False)
+
+
+def serve(app: Any, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, token: str | Token | None = None,
+          log_level: str = "info", access_log: bool = True) -> None:
+    """Serve the dashboard of ``app`` until interrupted (SIGINT/SIGTERM)."""
+    import uvicorn
+
+    from firesafe.dashboard import create_app
+
+    tok = token if isinstance(token, Token) or token is None else parse_token(token)
+    check_bind(host, tok)
+    uvicorn.Server(_config(create_app(app, tok), host, port, log_level, access_log)).run()
+
+
+class BackgroundServer:
+    """Serve an ASGI app on a thread (tests, benchmarks, screenshots); ``url`` once started.
+
+    >>> # with BackgroundServer(create_app(app)) as server: httpx.get(server.url + "/healthz")
+    """
+
+    def __init__(self, asgi: Any, host: str = DEFAULT_HOST, port: int = 0, log_level: str = "warning") -> None:
+        import uvicorn
+
+        self.host = host
+        self.server = uvicorn.Server(_config(asgi, host, port, log_level, access_log=False))
+        self.thread = threading.Thread(target=self.server.run, name="firesafe-dashboard", daemon=True)
+        self.url = ""
+
+    def start(self, timeout: float = 10.0) -> BackgroundServer:
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the dashboard server did not start")
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        shown = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        self.url = f"http://{shown}:{port}"
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,567 @@
+"""The dashboard as a Starlette application: pages, actions, ``/metrics`` and ``/healthz``.
+
+Guarantees: every request to a guarded path passes :class:`Guard` (token, loopback ``Host``, same
+origin and a CSRF token for anything but GET/HEAD); every response carries a Content-Security-Policy
+that allows scripts only from this server's static files; every user-controlled value is escaped by
+the templates (autoescape, nothing marked safe); replays and discards go through ``app.dlq`` with the
+dashboard user as the actor, so each is recorded in the job's events.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from importlib.resources import files
+from typing import Any
+from urllib.parse import parse_qs
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from firesafe.clock import to_datetime
+from firesafe.dashboard import charts, parts
+from firesafe.dashboard.params import MAX_SELECTION, PAGE_SIZES, STATES, JobQuery
+from firesafe.dashboard.security import (
+    Token,
+    actor_for,
+    check_credentials,
+    csrf_token,
+    csrf_valid,
+    host_name,
+    is_loopback,
+    new_session,
+    parse_token,
+    same_origin,
+)
+from firesafe.errors import FiresafeError, InvalidInput, JobNotFound, StoreError
+from firesafe.idempotency.keys import check_key, check_name
+from firesafe.masking import mask, mask_text
+from firesafe.states import State
+from firesafe.store.base import JobFilter
+
+log = logging.getLogger("firesafe.dashboard")
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+SECURITY_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"same-origin"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+]
+COOKIE = "firesafe_csrf"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: Largest form body accepted (a selection of MAX_SELECTION keys fits).
+MAX_BODY = 1024 * 1024
+#: Minutes shown by the throughput and failure-rate charts, one bucket per minute.
+CHART_MINUTES = 60
+TRACE_LIMIT = 200  # attempts shown on a job page (the newest)
+
+
+# -- the guard ---------------------------------------------------------------------------------
+class Guard:
+    """ASGI middleware in front of every dashboard path (paths under ``public_prefixes`` excepted).
+
+    In order: loopback ``Host`` when there is no token (no DNS rebinding); the token when there is
+    one (401 otherwise); for POST and other unsafe methods, a same-origin request (``Sec-Fetch-Site``
+    and ``Origin``) with a form body whose ``csrf`` field matches the browser's cookie (403 otherwise,
+    and the request never reaches a handler). Every response gets the security headers.
+    """
+
+    def __init__(self, inner: Any, token: Token | None, key: bytes, public_prefixes: list[str]) -> None:
+        self.inner = inner
+        self.token = token
+        self.key = key
+        self.public_prefixes = public_prefixes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.inner(scope, receive, send)
+            return
+        path, root = scope.get("path", ""), scope.get("root_path", "")
+        if root and path.startswith(root):  # mounted under a prefix: prefixes are relative to it
+            path = path[len(root):]
+        if any(path.startswith(p) for p in self.public_prefixes):
+            await self.inner(scope, receive, self._headers(send, None, scope))
+            return
+        headers = Headers(scope=scope)
+        host = headers.get("host", "")
+        if self.token is None and not is_loopback(host_name(host)):
+            await _plain(403, "this dashboard has no token, so it answers only to loopback names "
+                              "(127.0.0.1, localhost); start it with --token to serve other names")(
+                scope, receive, self._headers(send, None, scope))
+            return
+        if self.token is not None and not check_credentials(headers.get("authorization"), self.token):
+            response = _plain(401, "authentication required: the dashboard token as a bearer token, "
+                                   "or as the password of basic auth")
+            response.headers["www-authenticate"] = 'Basic realm="firesafe dashboard", charset="UTF-8"'
+            await response(scope, receive, self._headers(send, None, scope))
+            return
+        session = _cookie(headers.get("cookie"), COOKIE)
+        new = None
+        if not session:
+            session = new = new_session()
+        state = scope.setdefault("state", {})
+        state["session"] = session
+        state["csrf"] = csrf_token(self.key, session)
+        if scope["method"] not in SAFE_METHODS:
+            problem, body = await self._check_unsafe(scope, receive, headers, session if not new else None)
+            if problem:
+                await _plain(403, problem)(scope, receive, self._headers(send, new, scope))
+                return
+            state["form"] = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+            receive = _replay(body)
+        await self.inner(scope, receive, self._headers(send, new, scope))
+
+    async def _check_unsafe(self, scope: Scope, receive: Receive, headers: Headers,
+                            session: str | None) -> tuple[str | None, bytes]:
+        site = headers.get("sec-fetch-site")
+        if site is not None and site not in ("same-origin", "none"):
+            return f"cross-site request refused (Sec-Fetch-Site: {site}); nothing changed", b""
+        scheme = scope.get("scheme", "http")
+        if not same_origin(headers.get("origin"), scheme, headers.get("host", "")):
+            return "cross-origin request refused (Origin does not match); nothing changed", b""
+        ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype != "application/x-www-form-urlencoded":
+            return "actions take an HTML form (application/x-www-form-urlencoded); nothing changed", b""
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if len(body) > MAX_BODY:
+                return "the form is too large; nothing changed", b""
+            if not message.get("more_body"):
+                break
+        given = parse_qs(body.decode("utf-8", "replace")).get("csrf", [None])[0]
+        if not csrf_valid(self.key, session, given):
+            return ("missing or invalid CSRF token (reload the page and try again); nothing changed", b"")
+        return None, body
+
+    @staticmethod
+    def _headers(send: Send, new_session_value: str | None, scope: Scope) -> Send:
+        async def wrapped(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                hdrs = list(message.get("headers", []))
+                names = {k.lower() for k, _ in hdrs}
+                hdrs += [(k, v) for k, v in SECURITY_HEADERS if k not in names]
+                if b"cache-control" not in names:
+                    hdrs.append((b"cache-control", b"no-store"))
+                if new_session_value:
+                    path = (scope.get("root_path") or "") or "/"
+                    secure = "; Secure" if scope.get("scheme") == "https" else ""
+                    hdrs.append((b"set-cookie", f"{COOKIE}={new_session_value}; Path={path}; HttpOnly; "
+                                                f"SameSite=Strict{secure}".encode()))
+                message["headers"] = hdrs
+            await send(message)
+
+        return wrapped
+
+
+def _plain(status: int, text: str) -> Response:
+    return PlainTextResponse(text + "\n", status_code=status)
+
+
+def _cookie(header: str | None, name: str) -> str | None:
+    if not header:
+        return None
+    for part in header.split(";"):
+        k, _, v = part.strip().partition("=")
+        if k == name and v and v.replace("-", "").replace("_", "").isalnum() and len(v) <= 64:
+            return v
+    return None
+
+
+def _replay(body: bytes) -> Receive:
+    sent = False
+
+    async def receive() -> MutableMapping[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return {"type": "http.disconnect"}
+
+    return receive
+
+
+# -- formatting helpers (template filters) -------------------------------------------------------
+def fmt_time(value: Any) -> str:
+    """A UTC time to the second, or '-'."""
+    if value is None:
+        return "-"
+    if isinstance(value, (int, float)):
+        value = to_datetime(float(value))
+    return value.strftime("%Y-%m-%d %H:%M:%S") + "Z"
+
+
+def fmt_ago(seconds: float | None) -> str:
+    """How long ago, briefly: '12s', '5m', '3h', '2d'.
+
+    >>> fmt_ago(5), fmt_ago(125), fmt_ago(7300), fmt_ago(200000), fmt_ago(None)
+    ('5s', '2m', '2h', '2d', '-')
+    """
+    if seconds is None:
+        return "-"
+    s = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{int(s // size)}{unit}"
+    return f"{int(s)}s"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None or not isinstance(seconds, (int, float)) or math.isnan(seconds):
+        return "-"
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def pretty(value: Any) -> str:
+    """JSON for people (a plain string: the template escapes it)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def num(value: Any) -> str:
+    """A number for people: '-' for none, three significant digits for fractions.
+
+    >>> num(None), num(3), num(19.99999), num(0.125), num(1234567.0)
+    ('-', '3', '20', '0.125', '1234567')
+    """
+    if value is None:
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int) or float(value).is_integer():
+        return str(int(value))
+    if abs(value) >= 1000:
+        return f"{value:.0f}"
+    return f"{value:.3g}"
+
+
+def shorten(text: str | None, width: int = 120) -> str:
+    if not text:
+        return ""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("firesafe.dashboard", "templates"),
+        autoescape=True,  # every page is HTML: escape everything, always
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(time=fmt_time, ago=fmt_ago, duration=fmt_duration, pretty=pretty, shorten=shorten,
+                       mask_text=mask_text, mask=mask, num=num)
+    return env
+
+
+# -- the dashboard ------------------------------------------------------------------------------
+@dataclass
+class Dashboard:
+    app: Any
+    token: Token | None
+    title: str = "firesafe"
+    refresh: float = 5.0
+    env: jinja2.Environment = field(default_factory=_env)
+
+    # -- plumbing --------------------------------------------------------------------------------
+    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        base = request.scope.get("root_path", "").rstrip("/")
+        ctx = {"base": base, "title": self.title, "csrf": request.state.csrf, "request_path": request.url.path,
+               "refresh": self.refresh, "store": _store_label(self.app), "states": STATES,
+               "page": "", "partial": _is_partial(request), **context}
+        return HTMLResponse(self.env.get_template(name).render(ctx), status_code=status)
+
+    def error(self, request: Request, status: int, message: str) -> HTMLResponse:
+        return self.render(request, "error.html", status=status, status_code=status, message=message)
+
+    def actor(self, request: Request) -> str:
+        return actor_for(self.token, request.client.host if request.client else None)
+
+    def guarded(self, handler: Callable[..., Response]) -> Callable[[Request], Awaitable[Response]]:
+        """Run a page handler in a thread (the store is synchronous); user mistakes become 400/404."""
+
+        async def endpoint(request: Request) -> Response:
+            try:
+                return await run_in_threadpool(handler, request)
+            except JobNotFound as exc:
+                return self.error(request, 404, str(exc))
+            except InvalidInput as exc:
+                return self.error(request, 400, str(exc))
+            except StoreError as exc:
+                return self.error(request, 503, f"the store is not available: {exc}")
+            except FiresafeError as exc:
+                return self.error(request, 400, str(exc))
+
+        return endpoint
+
+    # -- pages -----------------------------------------------------------------------------------
+    def overview(self, request: Request) -> Response:
+        store = self.app.store
+        now = store.now()
+        stats = store.job_stats()
+        queues = sorted({q for q, _, _ in stats})
+        by_queue = {q: dict.fromkeys(STATES, 0) for q in queues}
+        totals = dict.fromkeys(STATES, 0)
+        for q, st, n in stats:
+            by_queue[q][st] += n
+            totals[st] += n
+        since = (math.floor(now / 60) + 1) * 60 - CHART_MINUTES * 60  # whole minutes, the last one running
+        ok, bad = charts.series(store.attempt_buckets(since, since + CHART_MINUTES * 60, 60.0), CHART_MINUTES)
+        rates = charts.failure_rates(ok, bad)
+        workers = []
+        stale_after = max(3 * self.app.lease, 30.0)
+        for w in store.worker_list():
+            age = now - float(w["last_seen"])
+            workers.append({**w, "age": age, "alive": age <= stale_after})
+        hour_ok, hour_bad = sum(ok), sum(bad)
+        return self.render(
+            request, "overview.html", now=now, totals=totals, by_queue=by_queue, queues=queues,
+            throughput=charts.throughput_chart(ok, bad), rate=charts.rate_chart(rates),
+            hour_ok=hour_ok, hour_bad=hour_bad,
+            hour_rate=(hour_bad / (hour_ok + hour_bad)) if hour_ok + hour_bad else None,
+            lag_by={lag.queue: lag for lag in store.queue_lags()}, workers=workers, stale_after=stale_after,
+            groups=store.dead_groups(limit=5), limiters=parts.limiters(self.app), page="overview")
+
+    def jobs(self, request: Request) -> Response:
+        q = JobQuery.parse(request.query_params)
+        return self.render(request, "jobs.html", page="jobs", **self._listing(q))
+
+    def _listing(self, q: JobQuery) -> dict[str, Any]:
+        store = self.app.store
+        now = store.now()
+        since, until = q.times(now)
+        filt = JobFilter(state=q.state, name=q.job, queue=q.queue, error_type=q.error, since=since, until=until,
+                         limit=q.size, offset=q.offset)
+        rows = store.job_list(filt)
+        total = store.job_count(filt)
+        pages = max(1, math.ceil(total / q.size))
+        return {"q": q, "rows": rows, "total": total, "pages": pages, "now": now, "page_sizes": PAGE_SIZES,
+                "job_names": sorted(self.app.jobs), "queue_names": sorted({j.queue for j in self.app.jobs.values()}),
+                "first": q.offset + 1 if rows else 0, "last": q.offset + len(rows)}
+
+    def job(self, request: Request) -> Response:
+        key = request.query_params.get("key")
+        if key is None:
+            raise InvalidInput("which job? give ?key=KEY")
+        job = self.app.get(check_key(key))
+        trace = job.trace[-TRACE_LIMIT:]
+        steps, steps_note = self._steps(job)
+        d = job.as_dict(with_trace=False)
+        return self.render(
+            request, "job.html", page="jobs", job=job, now=self.app.store.now(),
+            arguments=job.masked_arguments(), result=mask(job.result), trace=list(reversed(trace)),
+            hidden_attempts=len(job.trace) - len(trace), steps=steps, steps_note=steps_note,
+            events=list(reversed(job.events)), created=d["created_at"],
+            error_message=mask_text(job.error_message or ""))
+
+    def _steps(self, job: Any) -> tuple[list[dict[str, Any]], str | None]:
+        """Recorded steps with their status, plus steps the last attempt saw fail or restore."""
+        try:
+            recorded = self.app.steps(job.key)
+        except (NotImplementedError, StoreError) as exc:
+            return [], f"steps are not available on this store ({type(exc).__name__})"
+        seen: dict[str, dict[str, Any]] = {}
+        for s in recorded:
+            seen[s["name"]] = {"name": s["name"], "position": s["position"], "status": "done",
+                               "run": s["run"], "result": mask(s["result"]), "error": None}
+        last = next((a for a in reversed(job.trace) if a.detail.get("steps")), None)
+        if last is not None:
+            for entry in last.detail.get("steps", []):
+                if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                    continue
+                name = entry["name"]
+                if name in seen:
+                    if entry.get("status") == "restored":
+                        seen[name]["last"] = "restored"
+                    elif entry.get("status") in ("ran", "sleep"):
+                        seen[name]["last"] = "ran"
+                elif entry.get("status") == "failed":
+                    seen[name] = {"name": name, "position": None, "status": "failed", "run": last.seq,
+                                  "result": None, "error": entry.get("error")}
+        return list(seen.values()), None
+
+    def dead(self, request: Request) -> Response:
+        q = JobQuery.parse(request.query_params, state=str(State.DEAD))
+        groups = self.app.store.dead_groups(limit=200)
+        return self.render(request, "dead.html", page="dead", groups=groups,
+                           error_types=sorted({g.error_type for g in groups if g.error_type}), **self._listing(q))
+
+    def schedules(self, request: Request) -> Response:
+        return self.render(request, "schedules.html", page="schedules", view=parts.schedules(self.app),
+                           now=self.app.store.now())
+
+    def backfill(self, request: Request) -> Response:
+        form = request.state.form
+
+        def one(name: str, default: str = "") -> str:
+            values = form.get(name) or [default]
+            value = values[0].strip()
+            if len(value) > 64:
+                raise InvalidInput(f"{name} is too long")
+            return value
+
+        name = check_name(one("schedule"), "schedule name")
+        if name not in getattr(self.app, "schedules", {}):
+            raise InvalidInput(f"no schedule named {name!r} is declared")
+        start, end, rerun = one("from"), one("to"), one("rerun", "none")
+        if not start or not end:
+            raise InvalidInput("give the range: from and to (dates like 2026-11-01, or ISO datetimes)")
+        if rerun not in ("none", "failed", "all"):
+            raise InvalidInput("rerun must be none, failed or all")
+        run = one("mode") == "run"
+        result = parts.backfill(self.app, name, start, end, rerun=rerun, dry_run=not run, actor=self.actor(request))
+        if run:
+            self.app._wake_workers()
+            log.info("dashboard: backfill of %s from %s to %s (rerun %s) by %s: %d enqueued, %d re-run", name,
+                     start, end, rerun, self.actor(request), result.enqueued, result.rerun_count)
+        return self.render(request, "backfill.html", page="schedules", result=result, schedule=name,
+                           start=start, end=end, rerun=rerun, actor=self.actor(request))
+
+    def alerts(self, request: Request) -> Response:
+        return self.render(request, "alerts.html", page="alerts", view=parts.alerts(self.app),
+                           now=self.app.store.now())
+
+    # -- actions ---------------------------------------------------------------------------------
+    def _action(self, form: Mapping[str, list[str]]) -> tuple[str, list[str] | None, dict[str, Any], JobQuery]:
+        def one(name: str) -> str | None:
+            values = form.get(name) or []
+            value = values[0].strip() if values else ""
+            return value or None
+
+        action = one("action")
+        if action not in ("replay", "discard"):
+            raise InvalidInput("action must be replay or discard")
+        scope = one("scope") or "keys"
+        q = JobQuery.parse({k: v[0] for k, v in form.items() if k in ("job", "queue", "error", "since", "until")
+                            and v}, state=str(State.DEAD))
+        if scope == "keys":
+            keys = [check_key(k) for k in dict.fromkeys(form.get("key", [])) if k]
+            if not keys:
+                raise InvalidInput("no job selected: tick at least one job, or act on the whole filter")
+            if len(keys) > MAX_SELECTION:
+                raise InvalidInput(f"at most {MAX_SELECTION} jobs per selection; act on a filter for more")
+            return action, keys, {}, q
+        if scope != "filter":
+            raise InvalidInput("scope must be keys or filter")
+        since, until = q.times(self.app.store.now())
+        filters = {"job": q.job, "error": q.error, "queue": q.queue, "since": since, "until": until}
+        return action, None, filters, q
+
+    def _dry_run(self, action: str, keys: list[str] | None, filters: dict[str, Any]) -> Any:
+        act = self.app.dlq.replay if action == "replay" else self.app.dlq.discard
+        return act(keys=keys, dry_run=True, **filters)
+
+    def preview(self, request: Request) -> Response:
+        form = request.state.form
+        action, keys, filters, q = self._action(form)
+        dry = self._dry_run(action, keys, filters)
+        return self._confirm(request, action, keys, q, dry.keys, changed_from=None)
+
+    def _confirm(self, request: Request, action: str, keys: list[str] | None, q: JobQuery, targets: list[str],
+                 changed_from: int | None) -> Response:
+        missed = [] if keys is None else [k for k in keys if k not in set(targets)]
+        return self.render(request, "confirm.html", page="dead", action=action, scope="filter" if keys is None
+                           else "keys", keys=keys or [], q=q, targets=targets, count=len(targets),
+                           sample=targets[:20], missed=missed, changed_from=changed_from)
+
+    def apply(self, request: Request) -> Response:
+        form = request.state.form
+        action, keys, filters, q = self._action(form)
+        try:
+            expect = int((form.get("expect") or ["-1"])[0])
+        except ValueError:
+            raise InvalidInput("expect must be a whole number") from None
+        dry = self._dry_run(action, keys, filters)
+        if len(dry.keys) != expect:  # the matching set changed since the preview: ask again
+            return self._confirm(request, action, keys, q, dry.keys, changed_from=expect)
+        actor = self.actor(request)
+        act = self.app.dlq.replay if action == "replay" else self.app.dlq.discard
+        result = act(keys=dry.keys, actor=actor) if dry.keys else dry
+        log.info("dashboard: %s of %d job(s) by %s (%d skipped)", action, result.count, actor, len(result.skipped))
+        back = (form.get("back") or [""])[0]
+        return self.render(request, "result.html", page="dead", action=action, result=result, actor=actor,
+                           back_key=back if back and back in dry.keys else None)
+
+    # -- machines --------------------------------------------------------------------------------
+    def healthz(self, request: Request) -> Response:
+        try:
+            version = self.app.store.schema_version()
+            now = self.app.store.now()
+        except FiresafeError as exc:
+            return JSONResponse({"status": "unavailable", "error": str(exc)}, status_code=503)
+        return JSONResponse({"status": "ok", "store": self.app.store.dialect, "schema_version": version,
+                             "time": now})
+
+
+def _is_partial(request: Request) -> bool:
+    """An htmx request for a fragment (boosted navigation gets the whole page)."""
+    h = request.headers
+    return (h.get("hx-request") == "true" and h.get("hx-boosted") != "true"
+            and h.get("hx-history-restore-request") != "true")
+
+
+def _store_label(app: Any) -> str:
+    try:
+        from firesafe.cli._common import safe_url
+
+        return safe_url(app.store_url)
+    except Exception:  # pragma: no cover - only a label
+        return "store"
+
+
+def create_app(app: Any, token: str | Token | None = None, *, title: str = "firesafe", refresh: float = 5.0,
+               public_prefixes: Sequence[str] = ()) -> Starlette:
+    """The dashboard of ``app`` as a Starlette application.
+
+    ``token`` (``SECRET`` or ``NAME:SECRET``) is required from every client when given; without
+    it, only loopback Host names are answered, so serve it on 127.0.0.1 (the CLI refuses other
+    binds without a token). Paths under ``public_prefixes`` skip the dashboard's auth and CSRF
+    checks (for endpoints with their own, such as signed webhooks); add their routes to the app.
+    Every replay and discard is recorded with the dashboard user as its actor.
+    """
+    import os
+
+    tok = token if isinstance(token, Token) or token is None else parse_token(token)
+    dash = Dashboard(app, tok, title=title, refresh=refresh)
+    from firesafe.dashboard.metrics import metrics_endpoint
+
+    g = dash.guarded
+    routes = [
+        Route("/", g(dash.overview), methods=["GET"], name="overview"),
+        Route("/jobs", g(dash.jobs), methods=["GET"], name="jobs"),
+        Route("/job", g(dash.job), methods=["GET"], name="job"),
+        Route("/dead", g(dash.dead), methods=["GET"], name="dead"),
+        Route("/dead/preview", g(dash.preview), methods=["POST"], name="preview"),
+        Route("/dead/apply", g(dash.apply), methods=["POST"], name="apply"),
+        Route("/schedules", g(dash.schedules), methods=["GET"], name="schedules"),
+        Route("/schedules/backfill", g(dash.backfill), methods=["POST"], name="backfill"),
+        Route("/alerts", g(dash.alerts), methods=["GET"], name="alerts"),
+        Route("/healthz", g(dash.healthz), methods=["GET"], name="healthz"),
+        Route("/metrics", metrics_endpoint(app), methods=["GET"], name="metrics"),
+        Mount("/static", StaticFiles(directory=str(files("firesafe.dashboard") / "static")), name="static"),
+    ]
+    prefixes = list(public_prefixes)
+    web = Starlette(routes=routes)
+    web.state.firesafe = dash
+    web.state.public_prefixes = prefixes  # the inbox part appends "/events/" here, then adds its route
+    key = os.urandom(32)
+    web.add_middleware(Guard, token=tok, key=key, public_prefixes=prefixes)
+    return web
