@@ -16,34 +16,47 @@ from firesafe.masking import mask, mask_text
 
 @click.command()
 @click.argument("target", metavar="MODULE:APP")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8643, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind. With the dashboard, anything but loopback needs a token.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8642, show_default=True)
+@click.option("--token", metavar="[NAME:]SECRET", default=None,
+              help="The dashboard's token (else $FIRESAFE_DASHBOARD_TOKEN); /events/ paths do not use it.")
+@click.option("--no-dashboard", is_flag=True, help="Serve only POST /events/{source}.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               default="info", show_default=True)
-def serve(target: str, host: str, port: int, log_level: str) -> None:
-    """Receive webhooks for MODULE:APP at POST /events/{source}.
+def serve(target: str, host: str, port: int, token: str | None, no_dashboard: bool, log_level: str) -> None:
+    """Receive webhooks for MODULE:APP at POST /events/{source}, beside the dashboard.
 
     Each source is configured in the app with app.event_source(NAME, ...) (how to read the event id
     and type, how to verify the request). A request is answered 2xx only after its event is durably
     stored; the handler runs later in the workers. Unverified or malformed requests get a 4xx and
-    store nothing; a store fault gets 503 so the sender delivers again.
+    store nothing; a store fault gets 503 so the sender delivers again. The same server answers the
+    dashboard's pages (firesafe dashboard), unless --no-dashboard.
 
     \b
     Examples:
       firesafe serve myapp:app
-      firesafe serve myapp:app --host 0.0.0.0 --port 8080
+      firesafe serve myapp:app --no-dashboard --host 0.0.0.0 --port 8080
+      FIRESAFE_DASHBOARD_TOKEN=ops:$(cat /run/secrets/dash) firesafe serve myapp:app --host 0.0.0.0
     """
     import uvicorn
 
-    from firesafe.inbox.http import create_app
+    from firesafe.inbox.http import create_app, create_server_app
 
+    tok = None
+    if not no_dashboard:
+        from firesafe.dashboard.server import check_bind, resolve_token
+
+        tok = resolve_token(token)
+        check_bind(host, tok)
     app = load_app(target)
     if not app.inbox.sources:
         raise fail(f"{target} declares no event source: add app.event_source(\"NAME\", ...) first")
     app.store.migrate()
-    click.echo(f"firesafe inbox for {target} on http://{host}:{port}/events/{{{','.join(app.inbox.sources)}}}; "
-               f"store {safe_url(app.store_url)}", err=True)
-    uvicorn.run(create_app(app), host=host, port=port, log_level=log_level.lower())
+    asgi = create_app(app) if no_dashboard else create_server_app(app, tok)
+    click.echo(f"firesafe serve for {target} on http://{host}:{port}/ (events at /events/"
+               f"{{{','.join(app.inbox.sources)}}}); store {safe_url(app.store_url)}", err=True)
+    uvicorn.run(asgi, host=host, port=port, log_level=log_level.lower())
 
 
 @click.command()

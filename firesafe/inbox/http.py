@@ -115,5 +115,18 @@ def event_routes(app: App) -> list[Route]:
 
 
 def create_app(app: App) -> Starlette:
-    """An ASGI app with the event endpoint alone (``firesafe serve`` adds the dashboard when present)."""
+    """An ASGI app with the event endpoint alone (``firesafe serve --no-dashboard``)."""
     return Starlette(routes=event_routes(app))
+
+
+def create_server_app(app: App, token: str | None = None) -> Starlette:
+    """The dashboard's ASGI app with ``POST /events/{source}`` added (what ``firesafe serve`` runs).
+
+    The event paths skip the dashboard's token and CSRF checks: each source verifies its own
+    requests (a signature or a bearer token).
+    """
+    from firesafe.dashboard import create_app as dashboard
+
+    web = dashboard(app, token, public_prefixes=["/events/"])
+    web.router.routes[:0] = event_routes(app)
+    return web

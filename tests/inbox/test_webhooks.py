@@ -137,3 +137,20 @@ def test_bearer_source_with_nested_id_and_unhandled_type(served) -> None:
                    headers={"Authorization": "Bearer t0ken"})
     assert r.status_code == 200 and r.json()["job"] is None  # stored, no handler yet
     assert [e["event_id"] for e in app.inbox.list(unhandled=True)] == ["i1"]
+
+
+def test_the_dashboard_and_the_event_endpoint_share_one_server(sqlite_url: str) -> None:
+    from firesafe.dashboard.server import BackgroundServer
+    from firesafe.inbox.http import create_server_app
+
+    app = App(sqlite_url)
+    app.event_source("github", id_header="X-GitHub-Delivery", type_header="X-GitHub-Event", verify=Hmac(SECRET))
+    with BackgroundServer(create_server_app(app, token="ops:a-very-long-dashboard-token")) as server:
+        body = b'{"ref": "main"}'
+        r = github_post(server.url, body, "d-9")
+        assert r.status_code == 200 and r.json()["stored"]  # no dashboard token needed: signed instead
+        assert httpx.get(f"{server.url}/jobs").status_code == 401  # the dashboard still wants its token
+        ok = httpx.get(f"{server.url}/healthz", headers={"Authorization": "Bearer a-very-long-dashboard-token"})
+        assert ok.status_code == 200
+    assert [e["event_id"] for e in app.inbox.list()] == ["d-9"]
+    app.close()
