@@ -27,6 +27,8 @@ log = logging.getLogger("firesafe")
 
 #: Reserved keyword names of ``enqueue``; a job function cannot take arguments with these names.
 RESERVED = frozenset({"key", "delay", "run_at", "queue", "conn"})
+#: The longest delay an enqueue accepts, in seconds (NaN, infinity and dates past year 9999 are refused).
+MAX_DELAY = 1000 * 365 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class Retention:
 
 class JobDef:
     """A declared job: call ``enqueue`` to run it in a worker."""
+
+    #: The limiters every attempt of this job runs under (``@app.job(limiter=...)``).
+    limiters: tuple[str, ...] = ()
 
     def __init__(self, app: App, fn: Callable[..., Any], *, name: str, queue: str, max_attempts: int,
                  backoff: Backoff, timeout: float | None, give_up_on: tuple[type[BaseException], ...],
@@ -98,8 +103,9 @@ class JobDef:
         key = check_key(key) if key is not None else new_key(self.name)
         if delay is not None and run_at is not None:
             raise InvalidInput("give delay or run_at, not both")
-        if delay is not None and (not isinstance(delay, (int, float)) or delay < 0):
-            raise InvalidInput(f"delay must be a number of seconds >= 0, not {delay!r}")
+        if delay is not None and (not isinstance(delay, (int, float)) or not 0 <= delay <= MAX_DELAY):
+            raise InvalidInput(f"delay must be a number of seconds from 0 to {MAX_DELAY:.0f} (1,000 years), "
+                               f"not {delay!r}")
         when = None
         if run_at is not None:
             if not isinstance(run_at, datetime):
@@ -167,7 +173,8 @@ class App:
 
     def __init__(self, store: str | Store | None = None, *, clock: Clock | None = None, lease: float = 30.0,
                  auto_migrate: bool = True, retention: Retention | None = None, prune_interval: float = 60.0,
-                 max_payload: int | None = None, store_options: Mapping[str, Any] | None = None) -> None:
+                 max_payload: int | None = None, store_options: Mapping[str, Any] | None = None,
+                 alerts: Sequence[Any] | None = None) -> None:
         if lease <= 0:
             raise ConfigError("lease must be > 0 seconds")
         if isinstance(store, Store):
@@ -186,11 +193,21 @@ class App:
 
         self.max_payload = max_payload or MAX_PAYLOAD_BYTES
         self.jobs: dict[str, JobDef] = {}
+        #: Declared limiters by name (:class:`firesafe.limits.api.Limiter`).
+        self.limiters: dict[str, Any] = {}
+        #: Declared schedules by name (:class:`firesafe.schedules.schedule.Schedule`).
+        self.schedules: dict[str, Any] = {}
         self.dlq = DeadLetters(self)
         self._store_lock = threading.Lock()
         self._wake_hooks: list[Callable[[], None]] = []
         self._finish_hooks: list[Callable[[list[FinishParams], list[bool]], None]] = []
         self._rescue_hooks: list[Callable[[list[RescueParams], list[bool]], None]] = []
+        from firesafe.alerts.manager import Alerts
+
+        #: Alert sinks and rules (:class:`firesafe.alerts.manager.Alerts`); workers dispatch them.
+        self.alerts = Alerts(self, alerts or ())
+        #: Background duties a worker starts in threads of their own; each returns its stop function.
+        self._duty_hooks: list[Callable[[Any], Callable[[], None] | None]] = [self.alerts._start_duty]
 
     # -- the store ---------------------------------------------------------------------------
     @property
@@ -211,10 +228,12 @@ class App:
     # -- declaring ---------------------------------------------------------------------------
     def job(self, fn: Callable[..., Any] | None = None, *, name: str | None = None, queue: str = "default",
             max_attempts: int = 5, backoff: Backoff | None = None, timeout: float | None = None,
-            give_up_on: Iterable[type[BaseException]] = (), max_deferrals: int = DEFAULT_MAX_DEFERRALS) -> Any:
+            give_up_on: Iterable[type[BaseException]] = (), max_deferrals: int = DEFAULT_MAX_DEFERRALS,
+            limiter: str | None = None, limiters: Sequence[str] | None = None) -> Any:
         """Declare a job. Use as ``@app.job`` or ``@app.job(max_attempts=..., queue=...)``.
 
         Defaults: 5 attempts, ``Backoff()`` (1 s doubling, capped at 300 s, full jitter), no timeout.
+        ``limiter``/``limiters``: every attempt runs under these limiters (see :meth:`limiter`).
         """
 
         def register(f: Callable[..., Any]) -> JobDef:
@@ -224,6 +243,10 @@ class App:
             jd = JobDef(self, f, name=job_name, queue=queue, max_attempts=max_attempts,
                         backoff=backoff or Backoff(), timeout=timeout, give_up_on=tuple(give_up_on),
                         max_deferrals=max_deferrals)
+            if limiter is not None or limiters:
+                from firesafe.limits.api import job_limiters
+
+                jd.limiters = job_limiters(job_name, limiter, limiters)
             self.jobs[job_name] = jd
             return jd
 
@@ -231,6 +254,61 @@ class App:
 
     def queues(self) -> tuple[str, ...]:
         return tuple(sorted({j.queue for j in self.jobs.values()} or {"default"}))
+
+    def limiter(self, name: str, *, rate: float | None = None, per: float = 1.0, burst: float | None = None,
+                concurrency: int | None = None, breaker_after: int | None = 5, cooldown: float = 30.0) -> Any:
+        """Declare a limiter shared by every worker: ``rate`` jobs per ``per`` seconds (bucket of
+        ``burst``, default a tenth of a second's worth), at most ``concurrency`` at once, and an outage
+        breaker that opens after ``breaker_after`` transient failures in a row for ``cooldown`` seconds.
+
+        Jobs name it with ``@app.job(limiter=...)``; a block of a job with ``with ctx.limit(...)``.
+        Returns a :class:`firesafe.limits.api.Limiter` (``pause``, ``resume``, ``status``). See docs/limits.md.
+        """
+        from firesafe.limits.api import declare
+
+        return declare(self, name, rate=rate, per=per, burst=burst, concurrency=concurrency,
+                       breaker_after=breaker_after, cooldown=cooldown)
+
+    # -- schedules (firesafe/schedules) --------------------------------------------------------
+    def schedule(self, expression: str, **options: Any) -> Any:
+        """Declare a schedule: ``@app.schedule("0 2 * * *", tz="Europe/Berlin", catchup="all",
+        catchup_window=timedelta(days=7))`` over a function ``(ctx, window)``.
+
+        Each window is a job keyed ``<name>@<window start>``, enqueued once when the window ends, by
+        the scheduler that runs inside workers. Options: ``tz``, ``catchup`` (all, latest, skip),
+        ``catchup_window``, ``grace``, ``name`` and the options of :meth:`job`. See docs/schedules.md.
+        """
+        from firesafe.schedules.schedule import declare
+
+        return declare(self, expression, **options)
+
+    def backfill(self, name: str, start: Any, end: Any, *, dry_run: bool = False, rerun: str = "none",
+                 max_active: int | None = None, progress: Callable[[int, int], None] | None = None) -> Any:
+        """Enqueue the windows of schedule ``name`` that start in [start, end) and have ended; each at
+        most once, so it is safe to run again. ``rerun``: none, failed (dead or cancelled windows) or
+        all (finished ones too). Dates are whole days in the schedule's time zone."""
+        from firesafe.schedules.backfill import backfill
+
+        return backfill(self, name, start, end, dry_run=dry_run, rerun=rerun, max_active=max_active,
+                        progress=progress)
+
+    def schedule_pause(self, name: str) -> None:
+        """Pause a schedule: windows that end while it is paused are not run."""
+        from firesafe.schedules.status import pause
+
+        pause(self, name, True)
+
+    def schedule_resume(self, name: str) -> None:
+        """Resume a paused schedule from now (backfill the paused range to run its windows)."""
+        from firesafe.schedules.status import pause
+
+        pause(self, name, False)
+
+    def schedules_status(self) -> list[Any]:
+        """Each schedule: expression, time zone, last and next window, counts of its windows."""
+        from firesafe.schedules.status import status
+
+        return status(self)
 
     # -- enqueue by name (CLI) ---------------------------------------------------------------
     def enqueue(self, name: str, *args: Any, **options: Any) -> Job:
@@ -360,7 +438,26 @@ class App:
         """Store an event once and enqueue its handler's job once; returns the job (None if unhandled)."""
         return self.inbox.ingest(source, event_id=event_id, type=type, data=data)
 
+    # -- alerts ------------------------------------------------------------------------------
+    def alert_rules(self, *, failure_rate: float | None = 0.5, failure_window: timedelta | float = 600.0,
+                    stuck_after: timedelta | float | None = 900.0, **options: Any) -> None:
+        """What raises alerts besides dead letters, and how they are grouped and delivered.
+
+        ``failure_rate``: alert once when more than this fraction of a job name's attempts in the
+        last ``failure_window`` failed, and once more when it is resolved; ``stuck_after``: alert
+        when a queue's oldest runnable job waited that long (or no worker heartbeats for it).
+        None turns a rule off. Other options (``min_attempts``, ``group_wait``,
+        ``group_interval``, ``delivery_backoff``, ``give_up_after``, ``dispatch``, ...) are in
+        docs/alerts.md.
+        """
+        self.alerts.configure(failure_rate=failure_rate, failure_window=failure_window, stuck_after=stuck_after,
+                              **options)
+
     # -- hooks (no-ops unless a part registers one) --------------------------------------------
+    def _start_duties(self, worker: Any) -> list[Callable[[], None]]:
+        """Start the background duties of a worker; returns their stop functions."""
+        return [stop for start in self._duty_hooks if (stop := start(worker)) is not None]
+
     def _wake_workers(self) -> None:
         for hook in list(self._wake_hooks):
             hook()

@@ -18,6 +18,7 @@ from firesafe.cli._alerts import alerts
 from firesafe.cli._common import CLIError
 from firesafe.cli._dashboard import dashboard
 from firesafe.cli._dlq import dlq
+from firesafe.cli._drill import drill
 from firesafe.cli._inbox import consume, events, serve
 from firesafe.cli._limits import limiters
 from firesafe.cli._rerun import rerun
@@ -61,7 +62,7 @@ def cli() -> None:
 
 
 for command in (worker, enqueue, migrate, show, jobs_cmd, stats, cancel, dlq, dashboard, alerts, schedules,
-                backfill, rerun, serve, consume, events, limiters):
+                backfill, rerun, serve, consume, events, limiters, drill):
     cli.add_command(command)
 
 

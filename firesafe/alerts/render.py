@@ -1,0 +1,241 @@
+"""What an alert says: the document every sink receives, and its text and Slack forms.
+
+Pure functions of the grouped events and the jobs they concern (loaded by the caller). The
+document carries the trace: for each job shown, every attempt with its times, outcome, error type,
+message and a bounded traceback, the steps it completed, and the exact ``firesafe show KEY``
+command. Arguments, messages and tracebacks go through :mod:`firesafe.masking` (invariant 9).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from firesafe.alerts.grouping import KINDS, fmt_count, title
+from firesafe.alerts.store import OutboxEvent
+from firesafe.masking import mask, mask_text
+from firesafe.models import Job
+
+VERSION = 1
+#: Jobs whose whole trace an alert carries (the others are counted and their keys listed).
+MAX_JOBS = 3
+#: Keys listed by one alert.
+MAX_KEYS = 50
+#: Attempts shown per job: the first and the last ones when a job has more.
+MAX_ATTEMPTS = 50
+#: Characters of traceback kept: for the last attempt of a job, and for each earlier one (the end
+#: of a traceback is kept: it names the error).
+TRACEBACK_LAST = 4000
+TRACEBACK_EARLIER = 1500
+#: Other events' details listed by one alert (stuck queues, missed windows, ...).
+MAX_DETAILS = 20
+
+
+def iso(ts: float | None) -> str | None:
+    """Seconds since the epoch as ISO 8601 in UTC.
+
+    >>> iso(0.0)
+    '1970-01-01T00:00:00+00:00'
+    """
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+def show_command(key: str) -> str:
+    """The command that shows a job's whole timeline, quoted for a shell.
+
+    >>> show_command("refund:o-1"), show_command("a key")
+    ('firesafe show refund:o-1', "firesafe show 'a key'")
+    """
+    return f"firesafe show {shlex.quote(key)}"
+
+
+def bound(text: str | None, limit: int) -> str | None:
+    """Keep the end of a long text (where a traceback names the error).
+
+    >>> bound("x" * 10, 4)
+    '...(cut 6 chars)...\\nxxxx'
+    """
+    if text is None or len(text) <= limit:
+        return text
+    return f"...(cut {len(text) - limit} chars)...\n{text[-limit:]}"
+
+
+def attempt_view(a: Any, last: bool) -> dict[str, Any]:
+    started = a.started_at.timestamp() if a.started_at else None
+    ended = a.ended_at.timestamp() if a.ended_at else None
+    return {
+        "seq": a.seq,
+        "attempt": a.attempt,
+        "worker": a.worker,
+        "started_at": iso(started),
+        "ended_at": iso(ended),
+        "duration": round(ended - started, 6) if started is not None and ended is not None else None,
+        "outcome": a.outcome,
+        "error_type": a.error_type,
+        "message": mask_text(a.message) if a.message else a.message,
+        "traceback": bound(mask_text(a.traceback), TRACEBACK_LAST if last else TRACEBACK_EARLIER)
+        if a.traceback else None,
+    }
+
+
+def job_view(job: Job, steps: Sequence[Any] = (), dashboard: str | None = None) -> dict[str, Any]:
+    """One job of an alert: its state, masked arguments, every attempt and the steps it completed."""
+    trace = list(job.trace)
+    omitted = 0
+    if len(trace) > MAX_ATTEMPTS:
+        head = MAX_ATTEMPTS // 5
+        omitted = len(trace) - MAX_ATTEMPTS
+        trace = trace[:head] + trace[-(MAX_ATTEMPTS - head):]
+    view = {
+        "key": job.key,
+        "name": job.name,
+        "queue": job.queue,
+        "state": str(job.state),
+        "reason": job.reason,
+        "error": mask_text(job.last_error) if job.last_error else None,
+        "arguments": job.masked_arguments(),
+        "attempts": [attempt_view(a, i == len(trace) - 1) for i, a in enumerate(trace)],
+        "steps": [{"name": s.name, "position": s.position, "recorded_at": iso(s.recorded_at)} for s in steps],
+        "show": show_command(job.key),
+    }
+    if dashboard:
+        view["dashboard"] = f"{dashboard}/job?key={quote(job.key, safe='')}"
+    if omitted:
+        view["attempts_omitted"] = omitted
+    return view
+
+
+def build(kind: str, job_name: str | None, severity: str, events: Sequence[OutboxEvent], jobs: Sequence[Job],
+          steps: Mapping[str, Sequence[Any]] | None = None, dashboard: str | None = None) -> dict[str, Any]:
+    """The document of one alert grouped from ``events``; ``jobs`` are the jobs whose trace it
+    carries (at most :data:`MAX_JOBS`, loaded with their trace), ``steps`` their steps by key,
+    ``dashboard`` the dashboard's base URL (each job then links to its page)."""
+    count = len(events)
+    keys: list[str] = []
+    seen: set[str] = set()
+    for e in events:
+        for k in e.keys:
+            if k not in seen:
+                seen.add(k)
+                keys.append(k)
+    spec = KINDS.get(kind)
+    doc: dict[str, Any] = {
+        "version": VERSION,
+        "kind": kind,
+        "status": spec.status if spec else "firing",
+        "severity": severity,
+        "title": title(kind, job_name, count),
+        "job_name": job_name,
+        "count": count,
+        "count_text": fmt_count(count),
+        "first_at": iso(min((e.created_at for e in events), default=None)),
+        "last_at": iso(max((e.created_at for e in events), default=None)),
+        "keys": keys[:MAX_KEYS],
+        "keys_omitted": max(0, len(keys) - MAX_KEYS),
+    }
+    if kind == "dead_letter":
+        doc["summary"] = {
+            "errors": dict(Counter(e.payload.get("error_type") or "-" for e in events).most_common()),
+            "reasons": dict(Counter(e.payload.get("reason") or "-" for e in events).most_common()),
+        }
+    else:
+        doc["details"] = [mask(e.payload) for e in events[:MAX_DETAILS]]
+    shown = [job_view(j, (steps or {}).get(j.key, ()), dashboard) for j in jobs[:MAX_JOBS]]
+    doc["jobs"] = shown
+    doc["jobs_omitted"] = max(0, len(keys) - len(shown))
+    commands = [j["show"] for j in shown]
+    if kind == "dead_letter" and job_name:
+        commands += [f"firesafe dlq ls --job {shlex.quote(job_name)}",
+                     f"firesafe dlq replay --job {shlex.quote(job_name)} --dry-run"]
+    doc["commands"] = commands
+    if dashboard:
+        doc["dashboard"] = f"{dashboard}/alerts"
+    return doc
+
+
+# -- forms ---------------------------------------------------------------------------------------
+def subject(doc: Mapping[str, Any]) -> str:
+    """A one-line subject: ``[firesafe] CRITICAL dead_letter: 1,000 job(s) of refund dead-lettered``."""
+    status = doc.get("status")
+    label = "RESOLVED" if status == "resolved" else str(doc.get("severity", "info")).upper()
+    return f"[firesafe] {label} {doc.get('kind')}: {doc.get('title')}"
+
+
+def to_text(doc: Mapping[str, Any], *, tracebacks: bool = True) -> str:
+    """The alert as plain text (logs, email)."""
+    lines = [subject(doc), ""]
+    lines.append(f"count: {doc.get('count_text', doc.get('count'))}   job: {doc.get('job_name') or '-'}   "
+                 f"between {doc.get('first_at')} and {doc.get('last_at')}")
+    summary = doc.get("summary") or {}
+    for label, counts in (("errors", summary.get("errors")), ("reasons", summary.get("reasons"))):
+        if counts:
+            lines.append(f"{label}: " + ", ".join(f"{k} x{fmt_count(v)}" for k, v in counts.items()))
+    for d in doc.get("details") or []:
+        lines.append("detail: " + ", ".join(f"{k}={v}" for k, v in d.items()))
+    keys = doc.get("keys") or []
+    if keys:
+        more = f" (and {fmt_count(doc['keys_omitted'])} more)" if doc.get("keys_omitted") else ""
+        lines.append("keys: " + ", ".join(keys) + more)
+    for job in doc.get("jobs") or []:
+        lines += ["", f"{job['key']} ({job['state']}{', ' + job['reason'] if job.get('reason') else ''})   "
+                      f"{job['show']}",
+                  f"  arguments: {job['arguments']}"]
+        if job.get("dashboard"):
+            lines.append(f"  {job['dashboard']}")
+        if job.get("attempts_omitted"):
+            lines.append(f"  ({job['attempts_omitted']} attempts in the middle not shown)")
+        for a in job["attempts"]:
+            error = f"  {a['error_type']}: {a['message']}" if a.get("error_type") else ""
+            took = f" ({a['duration']:.3f}s)" if a.get("duration") is not None else ""
+            lines.append(f"  #{a['seq']} attempt {a['attempt']}  {a['started_at']} -> {a['ended_at']}{took}  "
+                         f"{a['outcome']}{error}")
+            if tracebacks and a.get("traceback"):
+                lines += ["      " + t for t in a["traceback"].rstrip().splitlines()]
+        if job.get("steps"):
+            lines.append("  steps done: " + ", ".join(s["name"] for s in job["steps"]))
+    if doc.get("jobs_omitted"):
+        lines.append(f"\n... and {fmt_count(doc['jobs_omitted'])} more job(s): firesafe jobs --job "
+                     f"{shlex.quote(str(doc.get('job_name') or ''))}")
+    if doc.get("commands"):
+        lines += ["", "commands:"] + [f"  {c}" for c in doc["commands"]]
+    return "\n".join(lines)
+
+
+#: Slack's limit on one section's text.
+SLACK_SECTION = 2900
+
+
+def to_slack(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The alert in Slack's incoming-webhook format (``text`` plus Block Kit ``blocks``)."""
+    head = subject(doc)
+    fields = [f"*Kind:* {doc.get('kind')}", f"*Severity:* {doc.get('severity')}",
+              f"*Job:* {doc.get('job_name') or '-'}", f"*Count:* {doc.get('count_text', doc.get('count'))}"]
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": head[:150]}},
+        {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
+    ]
+    summary = doc.get("summary") or {}
+    if summary.get("errors"):
+        errors = ", ".join(f"`{k}` x{fmt_count(v)}" for k, v in summary["errors"].items())
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"*Errors:* {errors}"[:SLACK_SECTION]}})
+    for job in (doc.get("jobs") or [])[:MAX_JOBS]:
+        lines = [f"{job['key']} ({job['state']})"]
+        for a in job["attempts"]:
+            error = f" {a['error_type']}: {a['message']}" if a.get("error_type") else ""
+            lines.append(f"#{a['seq']} {a['started_at']} {a['outcome']}{error}")
+        last = next((a["traceback"] for a in reversed(job["attempts"]) if a.get("traceback")), None)
+        if last:
+            lines += ["", last]
+        body = "\n".join(lines).replace("```", "'''")
+        body = bound(body, SLACK_SECTION - 20) or ""
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{body}```"}})
+        link = f"  <{job['dashboard']}|open in the dashboard>" if job.get("dashboard") else ""
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"`{job['show']}`{link}"}]})
+    if doc.get("jobs_omitted"):
+        blocks.append({"type": "context", "elements": [
+            {"type": "mrkdwn", "text": f"and {fmt_count(doc['jobs_omitted'])} more job(s)"}]})
+    return {"text": head, "blocks": blocks}

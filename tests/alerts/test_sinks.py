@@ -1,0 +1,204 @@
+"""The sinks against real local servers: a threaded HTTP receiver and an aiosmtpd SMTP server."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from firesafe import App, Backoff, ConfigError
+from firesafe.alerts import DeliveryError, Email, Log, Slack, Webhook, verify_signature
+from tests.alerts.receiver import Receiver, verify
+
+NO_WAIT = Backoff(base=0.0, cap=0.0, jitter="none")
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver().up()
+    yield r
+    r.close()
+
+
+def poison_app(url: str, sinks: list[Any]) -> App:
+    app = App(url, alerts=sinks)
+    app.alert_rules(dispatch=False)  # the test dispatches by hand
+
+    @app.job(max_attempts=3, backoff=NO_WAIT)
+    def charge(ctx, order_id: str, api_key: str) -> None:
+        raise ConnectionError(f"card network refused attempt {ctx.job.attempt} (api_key={api_key})")
+
+    charge.enqueue("o-1", "sk_live_very_secret", key="charge:o-1")
+    app.work(burst=True, wait_scheduled=True)
+    return app
+
+
+def test_webhook_is_signed_and_carries_every_attempt_of_the_dead_job(sqlite_url: str, receiver: Receiver) -> None:
+    app = poison_app(sqlite_url, [Webhook(receiver.url, secret="test-secret", allow_private=True)])
+    try:
+        assert app.alerts.flush() == [(1, "webhook:127.0.0.1", None)]
+        [req] = receiver.got
+        assert req.valid, "the receiver's own HMAC check (the docs' snippet) accepts the signature"
+        assert req.headers["X-Firesafe-Alert-Id"] == "1" and req.headers["Content-Type"] == "application/json"
+        doc = req.json
+        assert doc["kind"] == "dead_letter" and doc["severity"] == "critical" and doc["status"] == "firing"
+        assert doc["count"] == 1 and doc["keys"] == ["charge:o-1"] and doc["job_name"] == "charge"
+        [job] = doc["jobs"]
+        assert job["state"] == "dead" and job["reason"] == "exhausted"
+        assert job["show"] == "firesafe show charge:o-1" and "firesafe show charge:o-1" in doc["commands"]
+        assert [a["attempt"] for a in job["attempts"]] == [1, 2, 3]
+        assert [a["outcome"] for a in job["attempts"]] == ["failed"] * 3
+        for n, a in enumerate(job["attempts"], 1):
+            assert a["error_type"] == "ConnectionError"
+            assert a["message"].startswith(f"card network refused attempt {n}")
+            assert a["started_at"] and a["ended_at"] and a["duration"] is not None and a["worker"]
+            assert "Traceback" in a["traceback"] and "ConnectionError" in a["traceback"]
+        assert job["arguments"] == {"order_id": "o-1", "api_key": "********"}
+        assert b"sk_live_very_secret" not in req.body, "secrets are masked everywhere in the alert"
+        # Tampering with one byte of the body breaks the signature (both checks agree).
+        ts, sig = req.headers["X-Firesafe-Timestamp"], req.headers["X-Firesafe-Signature"]
+        tampered = req.body.replace(b'"count":1', b'"count":2')
+        assert tampered != req.body
+        assert not verify("test-secret", ts, tampered, sig)
+        assert not verify_signature("test-secret", ts, tampered, sig)
+        assert verify_signature("test-secret", ts, req.body, sig)
+        assert not verify_signature("another-secret", ts, req.body, sig)
+        [alert] = app.alerts.list()
+        assert [(d.sink, d.state, d.attempts) for d in alert.deliveries] == [("webhook:127.0.0.1", "delivered", 1)]
+    finally:
+        app.close()
+
+
+def test_slack_gets_the_incoming_webhook_format(sqlite_url: str, receiver: Receiver) -> None:
+    app = poison_app(sqlite_url, [Slack(receiver.url, allow_private=True)])
+    try:
+        assert [e for _, _, e in app.alerts.flush()] == [None]
+        body = receiver.got[0].json
+        assert body["text"].startswith("[firesafe] CRITICAL dead_letter: 1 job(s) of charge dead-lettered")
+        blocks = body["blocks"]
+        assert blocks[0]["type"] == "header"
+        text = str(blocks)
+        assert "charge:o-1" in text and "ConnectionError" in text and "firesafe show charge:o-1" in text
+        assert "sk_live_very_secret" not in text
+    finally:
+        app.close()
+
+
+def test_private_and_loopback_addresses_are_refused_unless_allowed(sqlite_url: str, receiver: Receiver) -> None:
+    for url in ("http://127.0.0.1:9/x", "http://10.0.0.7/x", "http://[::1]:9/x", "http://169.254.169.254/latest"):
+        with pytest.raises(ConfigError, match="address"):
+            Webhook(url, secret="s")
+        with pytest.raises(ConfigError, match="address"):
+            Slack(url)
+    # A host name is checked where it resolves, at each delivery: localhost is loopback.
+    sink = Webhook(f"http://localhost:{receiver.port}/hooks/firesafe", secret="test-secret")
+    with pytest.raises(DeliveryError, match=r"refused: localhost resolves to .*loopback address"):
+        sink.deliver({"kind": "test"})
+    app = poison_app(sqlite_url, [sink])
+    try:
+        [(_, _, error)] = app.alerts.flush()
+        assert "loopback" in (error or "")
+        assert receiver.attempts == 0, "nothing was sent to the refused address"
+        [alert] = app.alerts.list()
+        [d] = alert.deliveries
+        assert d.state == "pending" and d.attempts == 1 and "allow_private=True" in (d.last_error or "")
+    finally:
+        app.close()
+    # allow_private=True lets it through.
+    Webhook(f"http://localhost:{receiver.port}/x", secret="test-secret", allow_private=True).deliver({"id": 7})
+    assert receiver.got[-1].valid
+
+
+def test_redirects_are_not_followed_and_a_hanging_receiver_times_out() -> None:
+    redirecting = Receiver(status=302).up()
+    hanging = Receiver().up()
+    hanging.hang = True
+    try:
+        with pytest.raises(DeliveryError, match="HTTP 302"):
+            Webhook(redirecting.url, secret="s", allow_private=True).deliver({"id": 1})
+        assert redirecting.attempts == 1
+        started = time.monotonic()
+        with pytest.raises(DeliveryError, match=r"timed out after 0\.3s"):
+            Webhook(hanging.url, secret="s", allow_private=True, timeout=0.3).deliver({"id": 1})
+        assert time.monotonic() - started < 3
+    finally:
+        redirecting.close()
+        hanging.close()
+
+
+def test_bad_sink_configuration_is_a_clear_error() -> None:
+    with pytest.raises(ConfigError, match="secret"):
+        Webhook("https://ops.example.com/hook", secret="")
+    with pytest.raises(ConfigError, match="scheme"):
+        Webhook("ftp://ops.example.com/hook", secret="s")
+    with pytest.raises(ConfigError, match="to="):
+        Email(smtp="smtp://localhost:25", to=[])
+    with pytest.raises(ConfigError, match="smtp://host:port"):
+        Email(smtp="http://localhost", to=["a@b.c"])
+    with pytest.raises(ConfigError, match="sinks"):
+        App("sqlite:///unused.db", alerts=["https://ops.example.com"])
+    twice = App("sqlite:///unused.db", alerts=[Log(), Log()])
+    assert [s.name for s in twice.alerts.sinks] == ["log", "log#2"]
+    with pytest.raises(ConfigError, match=r"unknown option.*failure_rat"):
+        twice.alert_rules(failure_rat=0.2)
+    with pytest.raises(ConfigError, match="between 0 and 1"):
+        twice.alert_rules(failure_rate=1.5)
+    with pytest.raises(ConfigError, match="positive duration"):
+        twice.alert_rules(stuck_after=0)
+    assert "secret" not in repr(Webhook("https://ops.example.com/hook/t0ken", secret="secret"))
+
+
+# -- email -----------------------------------------------------------------------------------------
+class _Mailbox:
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+        self.arrived = threading.Event()
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        self.messages.append(envelope)
+        self.arrived.set()
+        return "250 OK"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_email_through_a_real_smtp_server(sqlite_url: str) -> None:
+    from email import message_from_bytes, policy
+
+    from aiosmtpd.controller import Controller
+
+    mailbox = _Mailbox()
+    port = _free_port()
+    controller = Controller(mailbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        app = poison_app(sqlite_url, [Email(smtp=f"smtp://127.0.0.1:{port}", to=["oncall@example.com"],
+                                            sender="firesafe@example.com")])
+        try:
+            assert app.alerts.flush() == [(1, "email", None)]
+        finally:
+            app.close()
+        assert mailbox.arrived.wait(5)
+        [envelope] = mailbox.messages
+        assert envelope.rcpt_tos == ["oncall@example.com"] and envelope.mail_from == "firesafe@example.com"
+        msg = message_from_bytes(envelope.content, policy=policy.default)
+        assert msg["Subject"] == "[firesafe] CRITICAL dead_letter: 1 job(s) of charge dead-lettered"
+        assert msg["X-Firesafe-Alert-Id"] == "1"
+        body = msg.get_content()
+        for n in (1, 2, 3):
+            assert f"card network refused attempt {n}" in body
+        assert "firesafe show charge:o-1" in body and "Traceback" in body
+        assert "sk_live_very_secret" not in body
+    finally:
+        controller.stop()
+    # The server gone: a clear delivery error, not an exception out of the dispatcher.
+    with pytest.raises(DeliveryError, match=f"SMTP 127.0.0.1:{port}"):
+        Email(smtp=f"smtp://127.0.0.1:{port}", to=["oncall@example.com"], timeout=2).deliver({"kind": "test"})
