@@ -34,6 +34,9 @@ class ClaimParams:
     limit: int
     worker: str
     lease: float
+    # Quarantine: False claims only jobs never lost; True only jobs that lost a worker before
+    # (suspects of killing it), which a worker runs alone so they cannot take others down with them.
+    suspects: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ class Pending:
     runnable: int
     running: int
     next_at: float | None
+    suspects: int = 0  # runnable jobs that lost a worker before (run alone)
 
 
 class Store(abc.ABC):

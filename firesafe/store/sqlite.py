@@ -253,6 +253,7 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
             rows = _dicts(c, Q["job_claim"], {
                 "token": token, "now": now, "lease": params.lease, "worker": params.worker,
                 "queues": json.dumps(list(params.queues)), "limit": params.limit,
+                "suspects": int(params.suspects),
             })
             if rows:
                 c.executemany(Q["attempt_open"], [
@@ -362,7 +363,7 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
 
     def job_pending(self, queues: Sequence[str]) -> Pending:
         r = self._read("job_pending", {"now": self.now(), "queues": json.dumps(list(queues))})[0]
-        return Pending(r["runnable"], r["running"], r["next_at"])
+        return Pending(r["runnable"], r["running"], r["next_at"], r["suspects"])
 
     # -- workers and leaders -----------------------------------------------------------------
     def worker_beat(self, worker_id: str, host: str, pid: int, queues: Sequence[str]) -> None:

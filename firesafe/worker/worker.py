@@ -93,6 +93,10 @@ class Worker:
         self._running: dict[tuple[int, int], _Running] = {}
         self._pool: Pool | None = None
         self._signals = 0
+        # Quarantine: one worker per queue set (a leader lease) runs suspects, alone.
+        self._isolation_name = "isolator:" + ",".join(sorted(self.queues))
+        self._isolating = False
+        self._suspects_due = False
         self._unsaved: list[tuple[list[FinishParams], list[tuple[_Running, Any]] | None, bool]] = []
         # Limiters (firesafe/limits): None unless the app declares some; checks their config now.
         self._limits: Any = None
@@ -144,6 +148,7 @@ class Worker:
                         last_beat = now
                     if now - last_rescue >= self.rescue_interval:
                         self._rescue()
+                        self._check_isolation()
                         last_rescue = now
                     if now - last_prune >= self.app.prune_interval:
                         self.app.prune()
@@ -207,10 +212,31 @@ class Worker:
         return True
 
     def _claim(self) -> list[Claimed]:
+        """Claim what fits in the free slots. A job that lost its worker before (a suspect of
+        killing it) runs alone, in the one worker holding the isolation lease, so a poison job
+        cannot take the jobs beside it down with it: they never share its process."""
+        if any(r.claimed.job.lost > 0 for r in self._running.values()):
+            return []
+        if self._isolating and (self._suspects_due or not self._running):
+            if self._running:
+                return []  # let the running attempts finish, then run the suspect alone
+            claimed = self._take(1, suspects=True)
+            if claimed:
+                return claimed
+            self._suspects_due = False
         free = self.concurrency - len(self._running)
         if free <= 0:
             return []
-        claimed = self.store.job_claim(ClaimParams(self.queues, min(free, self.batch), self.id, self.lease))
+        return self._take(min(free, self.batch), suspects=False)
+
+    def _check_isolation(self) -> None:
+        ttl = max(self.lease, 3 * self.rescue_interval)
+        self._isolating = self.store.leader_acquire(self._isolation_name, self.id, ttl)
+        if self._isolating:
+            self._suspects_due = self.store.job_pending(self.queues).suspects > 0
+
+    def _take(self, limit: int, suspects: bool) -> list[Claimed]:
+        claimed = self.store.job_claim(ClaimParams(self.queues, limit, self.id, self.lease, suspects=suspects))
         self.stats.claimed += len(claimed)
         # Jobs under limiters that may not start now are given back in the store (no attempt used).
         for c in self._limits.admit(claimed) if self._limits is not None else claimed:
@@ -392,6 +418,8 @@ class Worker:
             self._pool.shutdown()
         try:
             self.store.worker_remove(self.id)
+            if self._isolating:
+                self.store.leader_release(self._isolation_name, self.id)
         except StoreError:
             pass
         log.info("worker %s stopped: %s", self.id, json.dumps(self.stats.__dict__))

@@ -31,7 +31,7 @@ def test_claim_takes_a_lease_and_a_stale_token_changes_nothing(app: App, clock) 
 
     assert store.job_rescue_many([RescueParams(expired.id, expired.token, expired.runs, State.SCHEDULED, 0.0,
                                                None, "lost")]) == [True]
-    [second] = store.job_claim(ClaimParams(("default",), 10, "w2", 30.0))
+    [second] = store.job_claim(ClaimParams(("default",), 10, "w2", 30.0, suspects=True))  # it was lost once
     assert second.token != first.token and second.job.runs == 2
     late = FinishParams(first.job.id, first.token, first.job.runs, State.SUCCEEDED, Outcome.SUCCEEDED,
                         result='"stale"')
@@ -76,8 +76,9 @@ def test_a_job_that_keeps_killing_its_worker_goes_dead_as_worker_lost(app: App, 
     work = declare(app)
     work.enqueue(7, key="k")
     store = app.store
-    for _ in range(3):
-        [c] = store.job_claim(ClaimParams(("default",), 1, "victim", 30.0))
+    for n in range(3):
+        assert store.job_pending(("default",)).suspects == (1 if n else 0)
+        [c] = store.job_claim(ClaimParams(("default",), 1, "victim", 30.0, suspects=n > 0))
         assert c.job.key == "k"
         clock.advance(31)
         app.worker(burst=True, batch=1, concurrency=1)._rescue()
@@ -157,3 +158,17 @@ def test_leader_lease_has_one_holder_until_it_expires(app: App, clock) -> None:
     clock.advance(11)
     assert store.leader_acquire("scheduler", "b", 10)
     assert not store.leader_acquire("scheduler", "a", 10)
+
+
+def test_suspects_are_claimed_only_when_asked_for(app: App, clock) -> None:
+    work = declare(app)
+    work.enqueue(1, key="suspect")
+    store = app.store
+    assert len(store.job_claim(ClaimParams(("default",), 1, "w", 30.0))) == 1
+    clock.advance(31)
+    app.worker(burst=True)._rescue()  # lost once: now a suspect of killing its worker
+    clock.advance(1000)
+    work.enqueue(2, key="clean")
+    assert [x.job.key for x in store.job_claim(ClaimParams(("default",), 10, "w", 30.0))] == ["clean"]
+    assert [x.job.key for x in store.job_claim(ClaimParams(("default",), 10, "w", 30.0, suspects=True))] == [
+        "suspect"]

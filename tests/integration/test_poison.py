@@ -44,8 +44,6 @@ def test_poison_job_that_exits_the_process_dies_as_worker_lost_after_three_losse
     assert Counter(k for k, *_ in world.effects.calls()) == Counter(OTHERS)
 
 
-@pytest.mark.xfail(reason="known gap: jobs claimed alongside a poison job share its losses and can die as "
-                          "worker_lost with it (proposed fix: run jobs with lost > 0 alone)", strict=False)
 def test_jobs_running_beside_a_poison_job_do_not_die_with_it(
         sqlite_url: str, make_world: Callable[[str], World]) -> None:
     world = make_world(sqlite_url)

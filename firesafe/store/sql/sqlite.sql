@@ -47,6 +47,7 @@ WHERE id IN (
     SELECT id FROM firesafe_jobs INDEXED BY firesafe_jobs_runnable
     WHERE state IN ('queued', 'scheduled') AND run_at <= :now
       AND queue IN (SELECT value FROM json_each(:queues))
+      AND (lost > 0) = (:suspects = 1)
     ORDER BY run_at, id
     LIMIT :limit)
 RETURNING *;
@@ -159,7 +160,9 @@ SELECT
     (SELECT count(*) FROM firesafe_jobs WHERE state = 'running'
         AND queue IN (SELECT value FROM json_each(:queues))) AS running,
     (SELECT min(run_at) FROM firesafe_jobs WHERE state IN ('queued', 'scheduled')
-        AND queue IN (SELECT value FROM json_each(:queues))) AS next_at;
+        AND queue IN (SELECT value FROM json_each(:queues))) AS next_at,
+    (SELECT count(*) FROM firesafe_jobs WHERE state IN ('queued', 'scheduled') AND run_at <= :now AND lost > 0
+        AND queue IN (SELECT value FROM json_each(:queues))) AS suspects;
 
 -- name: job_delete_finished
 -- Delete up to :limit jobs in one finished state that finished before :before (frees their keys).
