@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-import pytest
-
 from firesafe import State
 from tests.integration.conftest import World
 
