@@ -55,8 +55,11 @@ class JobDef:
         self.queue = check_name(queue, "queue name")
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise ConfigError(f"job {name!r}: max_attempts must be a whole number >= 1")
-        if timeout is not None and timeout <= 0:
-            raise ConfigError(f"job {name!r}: timeout must be > 0 seconds (or None)")
+        if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
+                                    or not 0 < timeout < float("inf")):
+            raise ConfigError(f"job {name!r}: timeout must be > 0 seconds (or None), not {timeout!r}")
+        if not isinstance(max_deferrals, int) or isinstance(max_deferrals, bool) or max_deferrals < 0:
+            raise ConfigError(f"job {name!r}: max_deferrals must be a whole number >= 0, not {max_deferrals!r}")
         if not isinstance(backoff, Backoff):
             raise ConfigError(f"job {name!r}: backoff must be a firesafe.Backoff")
         for exc in give_up_on:

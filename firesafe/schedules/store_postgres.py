@@ -2,6 +2,113 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from firesafe.schedules.store import (
+    ALERT_KEYS,
+    ALERT_KINDS,
+    AdvanceParams,
+    MissedWindow,
+    NewEvent,
+    ScheduleEvent,
+    ScheduleState,
+)
+
+
+def state_from_row(r: dict[str, Any]) -> ScheduleState:
+    return ScheduleState(r["name"], r["expression"], r["tz"], float(r["cursor"]), r["last_start"], r["last_end"],
+                         bool(r["paused"]), float(r["updated_at"]))
+
+
+def missed_from_row(r: dict[str, Any]) -> MissedWindow:
+    return MissedWindow(r["schedule"], float(r["window_start"]), float(r["window_end"]), r["window_key"],
+                        r["reason"], float(r["recorded_at"]), r["backfilled_at"])
+
+
+def event_from_row(r: dict[str, Any]) -> ScheduleEvent:
+    return ScheduleEvent(int(r["id"]), r["schedule"], float(r["at"]), r["kind"], json.loads(r["detail"]))
+
 
 class SchedulesPostgres:
-    """Store methods of the schedules part; mixed into the postgres store class."""
+    """Store methods of the schedules part; mixed into the postgres store class (which provides
+    ``_conn``, ``_read``, ``_write``, ``_now`` and the rendered queries ``q``)."""
+
+    def schedule_state_init(self, name: str, expression: str, tz: str) -> ScheduleState:
+        q = self.q
+        with self._conn() as c:
+            c.execute(q["schedule_state_init"], {"name": name, "expression": expression, "tz": tz,
+                                                 "now": self._now()})
+            return state_from_row(c.execute(q["schedule_state_get"], {"name": name}).fetchone())
+
+    def schedule_state_list(self) -> list[ScheduleState]:
+        return [state_from_row(r) for r in self._read("schedule_state_list")]
+
+    def schedule_advance(self, params: AdvanceParams) -> bool:
+        q = self.q
+        now = self._now()
+        with self._conn() as c, c.transaction():
+            moved = c.execute(q["schedule_advance"], {
+                "name": params.name, "expected": params.expected, "cursor": params.cursor,
+                "expression": params.expression, "tz": params.tz, "last_start": params.last_start,
+                "last_end": params.last_end, "now": now}).rowcount == 1
+            if not moved:
+                return False
+            if params.missed:
+                with c.cursor() as cur:
+                    cur.executemany(q["schedule_missed_insert"], [
+                        {"schedule": m.schedule, "start": m.start, "end": m.end, "key": m.key, "reason": m.reason,
+                         "now": now} for m in params.missed])
+            for event in params.events:
+                self._schedule_event(c, params.name, event, now)
+        return True
+
+    def _schedule_event(self, c: Any, name: str, event: NewEvent, now: float | None) -> int:
+        """Inside the caller's transaction: the event, and the alert it raises (invariant 4)."""
+        row = c.execute(self.q["schedule_event_insert"], {
+            "name": name, "now": now, "kind": event.kind, "detail": json.dumps(event.detail)}).fetchone()
+        record = getattr(self, "alert_record", None)
+        if record is not None:
+            record(ALERT_KINDS[event.kind], job_name=name, keys=list(event.keys)[:ALERT_KEYS],
+                   payload={"schedule": name, **event.detail}, dedupe=event.dedupe, conn=c)
+        return int(row["id"])
+
+    def schedule_pause(self, name: str, expression: str, tz: str, paused: bool) -> ScheduleState:
+        q = self.q
+        with self._conn() as c, c.transaction():
+            c.execute(q["schedule_pause" if paused else "schedule_resume"],
+                      {"name": name, "expression": expression, "tz": tz, "now": self._now()})
+            return state_from_row(c.execute(q["schedule_state_get"], {"name": name}).fetchone())
+
+    def schedule_missed_list(self, name: str, limit: int = 100, open_only: bool = False) -> list[MissedWindow]:
+        return [missed_from_row(r) for r in self._read(
+            "schedule_missed_list", {"name": name, "limit": limit, "open_only": open_only})]
+
+    def schedule_missed_count(self) -> dict[str, int]:
+        return {r["schedule"]: int(r["n"]) for r in self._read("schedule_missed_count")}
+
+    def schedule_missed_resolve(self, name: str, starts: Sequence[float]) -> int:
+        if not starts:
+            return 0
+        with self._conn() as c:
+            return c.execute(self.q["schedule_missed_resolve"], {
+                "name": name, "starts": [float(s) for s in starts], "now": self._now()}).rowcount
+
+    def schedule_event_record(self, name: str, event: NewEvent) -> int:
+        with self._conn() as c, c.transaction():
+            return self._schedule_event(c, name, event, self._now())
+
+    def schedule_event_list(self, after_id: int = 0, limit: int = 100, name: str | None = None
+                            ) -> list[ScheduleEvent]:
+        return [event_from_row(r) for r in self._read(
+            "schedule_event_list", {"after": after_id, "limit": limit, "name": name})]
+
+    def schedule_window_states(self, keys: Sequence[str]) -> dict[str, tuple[int, str]]:
+        if not keys:
+            return {}
+        rows = self._read("schedule_window_states", {"keys": list(keys)})
+        return {r["key"]: (int(r["id"]), r["state"]) for r in rows}
+
+    def schedule_job_counts(self, name: str) -> dict[str, int]:
+        return {r["state"]: int(r["n"]) for r in self._read("schedule_job_counts", {"name": name})}

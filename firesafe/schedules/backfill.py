@@ -1,0 +1,237 @@
+"""Backfill on purpose: enqueue the windows of a range, each at most once, safe to run again.
+
+Windows whose start is in the range and that have ended are enqueued under their usual keys, so a
+window the scheduler (or an earlier backfill) enqueued is not enqueued again. What happens to
+windows that already have a job is the ``rerun`` policy's choice:
+
+- ``none``: leave them (succeeded, failed or still waiting);
+- ``failed``: re-run dead and cancelled windows (resuming their recorded steps);
+- ``all``: re-run every finished window, succeeded too (from scratch).
+
+Windows still waiting or running are never touched.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from typing import TYPE_CHECKING, Any
+
+from firesafe.errors import InvalidInput
+from firesafe.schedules.store import NewEvent
+from firesafe.states import State
+
+if TYPE_CHECKING:
+    from firesafe.app import App
+    from firesafe.schedules.schedule import Schedule
+
+RERUN_POLICIES = ("none", "failed", "all")
+#: Windows per enqueue transaction.
+CHUNK = 2000
+#: How often a backfill limited by ``max_active`` looks whether windows finished, in seconds.
+POLL = 0.2
+#: Most windows past the range's last ended one that are counted as not due yet.
+FUTURE_LIMIT = 100_000
+#: Most window keys a result lists.
+MAX_KEYS = 100_000
+
+_ACTIVE = (State.QUEUED, State.SCHEDULED, State.RUNNING)
+_FAILED = (State.DEAD, State.CANCELLED)
+
+
+@dataclass
+class BackfillResult:
+    """What a backfill did (with ``dry_run``: would do)."""
+
+    schedule: str
+    start: datetime
+    end: datetime
+    dry_run: bool
+    rerun: str
+    windows: int = 0  # windows of the range that have ended
+    enqueued: int = 0  # new jobs
+    rerun_count: int = 0  # finished windows run again
+    succeeded: int = 0  # skipped: succeeded already
+    failed: int = 0  # skipped: dead or cancelled (rerun none)
+    active: int = 0  # skipped: waiting or running
+    not_due: int = 0  # windows of the range that have not ended yet: left to the scheduler
+    keys: list[str] = field(default_factory=list)  # windows enqueued or re-run (would be), the first MAX_KEYS
+
+    @property
+    def skipped(self) -> int:
+        return self.succeeded + self.failed + self.active
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"schedule": self.schedule, "from": self.start.isoformat(), "to": self.end.isoformat(),
+                "dry_run": self.dry_run, "rerun": self.rerun, "windows": self.windows, "enqueued": self.enqueued,
+                "rerun_count": self.rerun_count, "skipped_succeeded": self.succeeded,
+                "skipped_failed": self.failed, "skipped_active": self.active, "not_due": self.not_due,
+                "keys": self.keys}
+
+
+def bound(value: object, schedule: Schedule, *, end: bool) -> datetime:
+    """A range bound as an aware datetime: a date is local midnight in the schedule's zone (an end
+    date covers its whole day); a naive datetime or ISO text is read in the schedule's zone."""
+    zone = schedule.cron.zone
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = date.fromisoformat(text) if len(text) == 10 else datetime.fromisoformat(text)
+        except ValueError:
+            raise InvalidInput(f"{value!r} is not a date (2026-11-01) or an ISO datetime "
+                               "(2026-11-01T02:00, 2026-11-01T02:00+01:00)") from None
+    if isinstance(value, datetime):
+        return value if value.tzinfo is not None else value.replace(tzinfo=zone)
+    if isinstance(value, date):
+        day = value + timedelta(days=1) if end else value
+        return datetime.combine(day, time(), tzinfo=zone)
+    raise InvalidInput(f"a backfill bound must be a date or a datetime, not {type(value).__name__}")
+
+
+def backfill(app: App, name: str, start: object, end: object, *, dry_run: bool = False, rerun: str = "none",
+             max_active: int | None = None, progress: Callable[[int, int], None] | None = None,
+             actor: str | None = None) -> BackfillResult:
+    """Enqueue the windows of schedule ``name`` that start in [start, end) and have ended."""
+    from firesafe.deadletters.dlq import default_actor
+
+    schedule = app.schedules.get(name)
+    if schedule is None:
+        known = ", ".join(sorted(app.schedules)) or "none"
+        raise InvalidInput(f"no schedule named {name!r} is declared (declared: {known})")
+    if rerun not in RERUN_POLICIES:
+        raise InvalidInput(f"unknown rerun policy {rerun!r}: use none, failed or all")
+    if max_active is not None and (not isinstance(max_active, int) or isinstance(max_active, bool) or max_active < 1):
+        raise InvalidInput(f"max_active must be a whole number >= 1 (or None), not {max_active!r}")
+    lo, hi = bound(start, schedule, end=False), bound(end, schedule, end=True)
+    if lo >= hi:
+        raise InvalidInput(f"the range is empty: from {lo.isoformat()} is not before to {hi.isoformat()}")
+    store = app.store
+    now = store.now()
+    result = BackfillResult(name, lo, hi, dry_run, rerun)
+    lo_ts, hi_ts = lo.timestamp(), hi.timestamp()
+
+    def ended() -> Iterator[tuple[int, int]]:
+        for w in schedule.cron.iter_windows_starting(lo_ts, hi_ts):
+            if w[1] > now:  # from here on no window of the range has ended
+                return
+            yield w
+
+    total = 0  # a first pass only counts (windows are cheap to compute); the second enqueues
+    for w in schedule.cron.iter_windows_starting(lo_ts, hi_ts):
+        if w[1] <= now:
+            total += 1
+        else:
+            result.not_due += 1
+            if result.not_due >= FUTURE_LIMIT:
+                break
+    result.windows = total
+    who = actor or default_actor()
+    backfill_id = uuid.uuid4().hex[:12]
+    has_missed = bool(store.schedule_missed_count().get(name))
+    if progress:
+        progress(0, total)
+    if not dry_run:
+        store.schedule_event_record(name, NewEvent("backfill_started", {
+            "id": backfill_id, "from": lo.isoformat(), "to": hi.isoformat(), "windows": total, "rerun": rerun,
+            "max_active": max_active, "actor": who}, dedupe=f"backfill_started:{name}:{backfill_id}"))
+    done = 0
+    rerun_any = False
+    pause = threading.Event()
+    windows = ended()
+    while done < total:
+        size = CHUNK
+        if max_active is not None and not dry_run:
+            size = min(size, _free_slots(app, name, max_active, pause))
+        chunk = list(itertools.islice(windows, size))
+        if not chunk:
+            break
+        items = schedule.items(chunk)
+        if dry_run:
+            _classify_dry(app, result, items)
+        else:
+            resolved = _apply(app, schedule, result, items, chunk, who)
+            rerun_any = rerun_any or result.rerun_count > 0
+            if has_missed and resolved:
+                store.schedule_missed_resolve(name, resolved)
+        done += len(chunk)
+        if progress:
+            progress(done, total)
+    if not dry_run:
+        if rerun_any:
+            app._wake_workers()
+        store.schedule_event_record(name, NewEvent("backfill_finished", {
+            "id": backfill_id, "from": lo.isoformat(), "to": hi.isoformat(), "windows": total,
+            "enqueued": result.enqueued, "rerun_count": result.rerun_count, "skipped": result.skipped,
+            "actor": who}, dedupe=f"backfill_finished:{name}:{backfill_id}"))
+    return result
+
+
+def _free_slots(app: App, name: str, max_active: int, pause: threading.Event) -> int:
+    """Wait until fewer than ``max_active`` windows of the schedule wait or run; how many may start."""
+    while True:
+        counts = app.store.schedule_job_counts(name)
+        active = sum(counts.get(str(s), 0) for s in _ACTIVE)
+        if active < max_active:
+            return max_active - active
+        pause.wait(POLL)
+
+
+def _classify_dry(app: App, result: BackfillResult, items: list[dict[str, Any]]) -> None:
+    states = app.store.schedule_window_states([i["key"] for i in items])
+    for item in items:
+        found = states.get(item["key"])
+        if found is None:
+            result.enqueued += 1
+            _note(result, item["key"])
+        elif _wants_rerun(result.rerun, State(found[1])):
+            result.rerun_count += 1
+            _note(result, item["key"])
+        else:
+            _count_skip(result, State(found[1]))
+
+
+def _apply(app: App, schedule: Schedule, result: BackfillResult, items: list[dict[str, Any]],
+           chunk: list[tuple[int, int]], actor: str) -> list[float]:
+    """Enqueue a chunk; re-run what the policy asks. Returns the window starts now enqueued or re-run."""
+    jobs = schedule.job.enqueue_many(items)
+    resolved: list[float] = []
+    from_position = 0 if result.rerun == "all" else None  # failed: resume the recorded steps
+    for job, window in zip(jobs, chunk, strict=True):
+        if job.created:
+            result.enqueued += 1
+            _note(result, job.key)
+            resolved.append(window[0])
+        elif _wants_rerun(result.rerun, job.state):
+            if app.store.job_rerun(job.id, actor, from_position):
+                result.rerun_count += 1
+                _note(result, job.key)
+                resolved.append(window[0])
+            else:  # it moved meanwhile (a worker replayed it, say): leave it
+                result.active += 1
+        else:
+            _count_skip(result, job.state)
+    return resolved
+
+
+def _note(result: BackfillResult, key: str) -> None:
+    if len(result.keys) < MAX_KEYS:
+        result.keys.append(key)
+
+
+def _wants_rerun(policy: str, state: State) -> bool:
+    if state in _FAILED:
+        return policy in ("failed", "all")
+    return state == State.SUCCEEDED and policy == "all"
+
+
+def _count_skip(result: BackfillResult, state: State) -> None:
+    if state == State.SUCCEEDED:
+        result.succeeded += 1
+    elif state in _FAILED:
+        result.failed += 1
+    else:
+        result.active += 1

@@ -1,0 +1,216 @@
+"""The scheduler: enqueues each schedule's windows as they come due, inside workers.
+
+Guarantees: every window is enqueued at most once (its job key is ``<schedule>@<start>``, a unique
+constraint), and each window that came due is either enqueued or recorded as missed, once. One
+scheduler is active per store at a time (the leader lease ``firesafe.scheduler``); when its worker
+dies another takes over within one lease period. What a scheduler decided is remembered in the
+store (a cursor per schedule), so a restart enqueues nothing that was already decided.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from firesafe.errors import IdempotencyConflict, StoreError
+from firesafe.retries.backoff import Backoff
+from firesafe.schedules.plan import Plan, decide
+from firesafe.schedules.store import AdvanceParams, MissedWindow, NewEvent, ScheduleState
+
+if TYPE_CHECKING:
+    from firesafe.app import App
+    from firesafe.schedules.schedule import Schedule
+
+log = logging.getLogger("firesafe.schedules")
+
+#: Windows per enqueue transaction.
+CHUNK = 1000
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """What one tick did for one schedule."""
+
+    enqueued: int = 0  # windows enqueued now (new jobs)
+    missed: int = 0  # windows recorded as missed
+    recorded: bool = True  # False when another scheduler had already moved the cursor
+
+
+class Scheduler:
+    """One worker's scheduler. Call :meth:`tick` about every :attr:`interval` seconds."""
+
+    LEADER = "firesafe.scheduler"
+    #: Seconds between ticks.
+    INTERVAL = 1.0
+    #: Seconds the leader lease lasts without renewal: the longest a dead scheduler is not replaced.
+    LEASE = 10.0
+
+    def __init__(self, app: App, holder: str, *, interval: float | None = None, lease: float | None = None) -> None:
+        self.app = app
+        self.holder = holder
+        self.interval = interval or self.INTERVAL
+        self.lease = lease or self.LEASE
+        self.leading = False
+
+    def tick(self) -> dict[str, TickResult] | None:
+        """Renew or take the lease, then decide every schedule's due windows; None if not the leader."""
+        store = self.app.store
+        if not store.leader_acquire(self.LEADER, self.holder, self.lease):
+            if self.leading:
+                log.warning("scheduler %s lost the scheduler lease", self.holder)
+            self.leading = False
+            return None
+        if not self.leading:
+            log.info("scheduler %s is the active scheduler", self.holder)
+            self.leading = True
+        return self.run()
+
+    def run(self) -> dict[str, TickResult]:
+        """Decide every schedule's due windows, without the lease (keys and the cursor's
+        compare-and-set keep schedulers that race from enqueuing or recording a window twice)."""
+        store = self.app.store
+        schedules = list(self.app.schedules.values())
+        if not schedules:
+            return {}
+        now = store.now()
+        states = {s.name: s for s in store.schedule_state_list()}
+        results: dict[str, TickResult] = {}
+        for schedule in schedules:
+            try:
+                results[schedule.name] = self.run_schedule(schedule, states.get(schedule.name), now)
+            except StoreError:
+                raise
+            except Exception:  # a bug must not stop the worker or the other schedules
+                log.exception("schedule %s: the scheduler tick failed", schedule.name)
+        return results
+
+    def run_schedule(self, schedule: Schedule, state: ScheduleState | None, now: float) -> TickResult:
+        store = self.app.store
+        if state is None:  # first sight: windows that ended before now are not this schedule's
+            state = store.schedule_state_init(schedule.name, schedule.expression, schedule.tz)
+        if state.paused:
+            return TickResult()
+        plan = decide(schedule.cron, cursor=state.cursor, now=now, catchup=schedule.catchup,
+                      catchup_window=schedule.catchup_window, grace=schedule.grace)
+        if plan.cursor == state.cursor and not plan.changed:
+            return TickResult()
+        created = enqueue_windows(self.app, schedule, plan.enqueue)
+        last = plan.enqueue[-1] if plan.enqueue else None
+        params = AdvanceParams(
+            name=schedule.name, expected=state.cursor, cursor=plan.cursor, expression=schedule.expression,
+            tz=schedule.tz, last_start=last[0] if last else None, last_end=last[1] if last else None,
+            missed=[MissedWindow(schedule.name, s, e, schedule.key(s), reason) for (s, e), reason in plan.missed],
+            events=missed_events(schedule, plan))
+        recorded = store.schedule_advance(params)
+        if plan.missed and recorded:
+            log.warning("schedule %s: %d window(s) missed (catch-up policy %s)", schedule.name, len(plan.missed),
+                        schedule.catchup)
+        if created:
+            log.info("schedule %s: enqueued %d window(s)", schedule.name, created)
+        return TickResult(created, len(plan.missed) if recorded else 0, recorded)
+
+    def stop(self) -> None:
+        """Give the lease up, so another worker's scheduler takes over at once."""
+        if not self.leading:
+            return
+        self.leading = False
+        try:
+            self.app.store.leader_release(self.LEADER, self.holder)
+        except StoreError as exc:
+            log.warning("could not release the scheduler lease (%s); it expires in %.0fs", exc, self.lease)
+
+
+class SchedulerDuty:
+    """The background duty of a worker that runs its scheduler (invariant 7): a small loop in a
+    thread of its own, so a slow tick never holds up jobs. Started by the worker for apps that
+    declare schedules; stopping it gives the lease up."""
+
+    def __init__(self, app: App, holder: str) -> None:
+        self.scheduler = Scheduler(app, holder)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="firesafe-scheduler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        faults = 0
+        backoff = Backoff(base=0.5, factor=2.0, cap=15.0, jitter="equal")
+        rng = random.Random()
+        while not self._stop.is_set():
+            try:
+                self.scheduler.tick()
+                faults = 0
+                pause = self.scheduler.interval
+            except StoreError as exc:
+                faults += 1
+                pause = backoff.delay(faults, rng.random())
+                log.error("scheduler: store fault (%s); retrying in %.1fs", exc, pause)
+            except Exception:  # a bug: keep the worker alive, try again later
+                log.exception("scheduler tick failed")
+                pause = self.scheduler.lease
+            self._stop.wait(pause)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        self.scheduler.stop()
+
+
+def start_duty(app: App) -> Callable[[Any], Callable[[], None] | None]:
+    """The worker duty hook of an app with schedules: starts a :class:`SchedulerDuty` per worker."""
+
+    def start(worker: Any) -> Callable[[], None] | None:
+        if not app.schedules:
+            return None
+        duty = SchedulerDuty(app, getattr(worker, "id", f"pid-{id(worker)}"))
+        duty.start()
+        return duty.stop
+
+    start.firesafe_scheduler = True  # type: ignore[attr-defined]
+    return start
+
+
+def enqueue_windows(app: App, schedule: Schedule, bounds: list[tuple[int, int]]) -> int:
+    """Enqueue windows (idempotent per window); returns how many were new."""
+    created = 0
+    for i in range(0, len(bounds), CHUNK):
+        items = schedule.items(bounds[i:i + CHUNK])
+        try:
+            jobs = schedule.job.enqueue_many(items)
+        except IdempotencyConflict:
+            # A window stored with other bounds (the expression changed): keep the stored one.
+            jobs = []
+            for item in items:
+                try:
+                    jobs.append(schedule.job.enqueue(*item["args"], key=item["key"]))
+                except IdempotencyConflict:
+                    log.warning("schedule %s: window %s exists with other bounds (was the expression "
+                                "changed?); kept the stored one", schedule.name, item["key"])
+        created += sum(j.created for j in jobs)
+    return created
+
+
+def missed_events(schedule: Schedule, plan: Plan) -> list[NewEvent]:
+    """The ``missed`` event of a tick (one per tick that missed windows), with its alert."""
+    if not plan.missed and not plan.unrecorded:
+        return []
+    reasons: dict[str, int] = {}
+    for _, reason in plan.missed:
+        reasons[reason] = reasons.get(reason, 0) + 1
+    first = plan.missed[0][0] if plan.missed else None
+    last = plan.missed[-1][0] if plan.missed else None
+    detail = {
+        "count": len(plan.missed), "more": plan.unrecorded, "reasons": reasons, "catchup": schedule.catchup,
+        "first_window": schedule.cron.iso(first[0]) if first else None,
+        "last_window": schedule.cron.iso(last[0]) if last else None,
+        "enqueued": len(plan.enqueue),
+    }
+    keys = [schedule.key(w[0]) for w, _ in plan.missed[-20:]]
+    dedupe = f"schedule_missed:{schedule.name}:{first[0] if first else ''}:{plan.cursor}"
+    return [NewEvent("missed", detail, keys, dedupe)]
