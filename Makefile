@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench soak clean browser docs
+.PHONY: setup demo test test-fast lint bench bench-peers soak clean browser docs
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -37,6 +37,12 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/throughput.py
+
+# firesafe beside huey, rq, celery, dramatiq, procrastinate and pgqueuer (each pip-installed in its own
+# venv under bench/peers/.venvs/), on this machine's PostgreSQL and Redis; writes docs/benchmarks.md.
+# Not part of `make test`. ARGS=--quick for a short run.
+bench-peers: $(STAMP)
+	$(BIN)/python bench/peers/run.py $(ARGS)
 
 soak: $(STAMP)
 	FIRESAFE_SOAK=1 $(BIN)/python -m pytest -q -m slow

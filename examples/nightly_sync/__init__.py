@@ -1,0 +1,1 @@
+"""A nightly sync whose workers were down all weekend: catch-up, a dead window, a backfill."""
