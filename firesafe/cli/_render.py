@@ -99,6 +99,12 @@ def bounded(tb: str, full: bool) -> tuple[str, int]:
     return "\n".join(lines[-TRACEBACK_LINES:]), len(lines) - TRACEBACK_LINES
 
 
+def steps_of(a: Any) -> str:
+    """Which steps an attempt ran, restored or failed: ``charge restored, email ran``."""
+    steps = a.detail.get("steps", []) if isinstance(a.detail, dict) else []
+    return ", ".join(f"{s.get('name')} {s.get('status')}" for s in steps)
+
+
 def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None:
     """The whole story of one job: what it is, each attempt, and what was done to it."""
     head = Table.grid(padding=(0, 2))
@@ -134,10 +140,16 @@ def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None
         for name in ("#", "attempt", "worker", "started", "ended", "duration", "outcome"):
             table.add_column(name, no_wrap=name in ("#", "attempt", "duration", "outcome"), overflow="fold")
         table.add_column("error", overflow="fold")
+        with_steps = any(isinstance(a.detail, dict) and a.detail.get("steps") for a in job.trace)
+        if with_steps:
+            table.add_column("steps", overflow="fold")
         for a in job.trace:
-            table.add_row(str(a.seq), str(a.attempt), Text(a.worker or "-"), when(a.started_at), when(a.ended_at),
-                          duration_of(a), Text(a.outcome or "running", style=OUTCOME_STYLE.get(a.outcome, "")),
-                          error_of(a.error_type, a.message))
+            row = [str(a.seq), str(a.attempt), Text(a.worker or "-"), when(a.started_at), when(a.ended_at),
+                   duration_of(a), Text(a.outcome or "running", style=OUTCOME_STYLE.get(a.outcome, "")),
+                   error_of(a.error_type, a.message)]
+            if with_steps:
+                row.append(Text(steps_of(a)))
+            table.add_row(*row)
         out.print(table)
         shown: dict[str, int] = {}
         for a in job.trace:

@@ -47,8 +47,9 @@ def cli() -> None:
     Idempotent job keys, bounded retries with backoff, dead letters with the full trace of every
     attempt, and safe replays, on SQLite or PostgreSQL.
 
-    Commands that run your code (worker, enqueue) take the app as MODULE:APP. The others need only
-    the store: --store URL, else $FIRESAFE_STORE, else sqlite:///firesafe.db.
+    Commands that need your code (worker, enqueue, schedules, backfill, dashboard, serve, consume,
+    events replay, alerts test, drill) take the app as MODULE:APP. The others need only the store:
+    --store URL, else $FIRESAFE_STORE, else sqlite:///firesafe.db.
 
     \b
     Examples:

@@ -35,3 +35,26 @@ def test_rerun_resume_from_step_and_errors(sqlite_url: str) -> None:
     r = runner.invoke(cli, ["rerun", "nope", "--store", sqlite_url])
     assert r.exit_code == 1 and "no job with key 'nope'" in r.output
     app.close()
+
+
+def test_show_lists_the_steps_each_attempt_ran_or_restored(sqlite_url: str) -> None:
+    from firesafe import Backoff, FakeClock
+
+    clock = FakeClock()
+    app = App(sqlite_url, clock=clock)
+
+    @app.job(max_attempts=2, backoff=Backoff(base=1.0, jitter="none"))
+    def pay(ctx) -> None:
+        ctx.step("charge", lambda: "ok")
+        if ctx.job.attempt == 1:
+            raise TimeoutError("email")
+        ctx.step("email", lambda: "sent")
+
+    pay.enqueue(key="p")
+    app.work(burst=True)
+    clock.advance(5)
+    app.work(burst=True)
+    r = CliRunner().invoke(cli, ["show", "p", "--store", sqlite_url])
+    assert r.exit_code == 0, r.output
+    assert "charge ran" in r.output and "charge restored, email ran" in r.output
+    app.close()
