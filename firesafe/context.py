@@ -54,6 +54,14 @@ class Context:
         to pass to a provider (for example as its ``Idempotency-Key`` header)."""
         return step_key(self.job.key, name)
 
+    def limit(self, name: str, wait: float = 2.0) -> Any:
+        """``with ctx.limit("openai"):`` runs the block under a declared limiter, shared by every
+        worker (``async with`` in async jobs). Waits in place up to ``wait`` seconds for a turn, else
+        gives the job back without using an attempt. See docs/limits.md."""
+        from firesafe.limits.scope import Limit
+
+        return Limit(self, name, wait)
+
     def sleep(self, seconds: float, name: str | None = None) -> Any:
         """Durable sleep: the job is put back and resumes here after ``seconds``, surviving restarts;
         no worker is held meanwhile. Counts as a deferral, not an attempt. ``await`` it in async jobs."""

@@ -86,8 +86,10 @@ def worker(target: str, queues: str | None, concurrency: int, processes: int, bu
     queue_list = parse_queues(queues)
     app = load_app(target)
     if processes > 1:
+        from firesafe.limits.api import check_app
         from firesafe.worker.supervisor import Supervisor
 
+        check_app(app)  # a job naming an undeclared limiter fails here, not in every child
         _ = app.store  # open and migrate once, before any child does, so a bad store fails here
         app.close()
         command = [sys.executable, "-m", "firesafe", "worker", target, "--concurrency", str(concurrency),

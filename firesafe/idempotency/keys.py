@@ -77,6 +77,10 @@ def _check_json(value: Any, path: str) -> None:
     )
 
 
+#: json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False), built once.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def canonical_json(value: Any, what: str = "arguments", limit: int | None = MAX_PAYLOAD_BYTES) -> str:
     """The one JSON text of ``value``: sorted keys, no spaces, UTF-8, size-capped.
 
@@ -84,9 +88,14 @@ def canonical_json(value: Any, what: str = "arguments", limit: int | None = MAX_
     '{"a":[1.5,null],"b":1}'
     """
     _check_json(value, what)
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    if limit is not None and len(text.encode()) > limit:
-        raise InvalidInput(f"{what} are {len(text.encode())} bytes of JSON; the cap is {limit} bytes")
+    text = _ENCODER.encode(value)
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 (and no store) can carry it
+        raise InvalidInput(f"{what} hold text that is not valid Unicode ({exc.object[exc.start:exc.end]!r}); "
+                           "JSON text must be UTF-8") from None
+    if limit is not None and size > limit:
+        raise InvalidInput(f"{what} are {size} bytes of JSON; the cap is {limit} bytes")
     return text
 
 

@@ -2,6 +2,41 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
 
-class LimitsSQLite:
+from firesafe.limits.store import LimitsStore
+from firesafe.store import queries
+
+
+class LimitsSQLite(LimitsStore):
     """Store methods of the limits part; mixed into the sqlite store class."""
+
+    @contextmanager
+    def _lim_tx(self) -> Iterator[Any]:
+        with self._tx() as c:  # type: ignore[attr-defined]
+            yield c
+
+    def _lim_now(self, c: Any) -> float:
+        return float(self.now())  # type: ignore[attr-defined]
+
+    def _lim_exec(self, c: Any, name: str, params: Mapping[str, Any]) -> Any:
+        return c.execute(queries.load("sqlite")[name], dict(params))
+
+    def _lim_list(self, values: Sequence[Any]) -> Any:
+        return json.dumps(list(values))
+
+    def _lim_waits(self, c: Any, now: float, waits: list[dict[str, Any]]) -> set[int]:
+        q = queries.load("sqlite")
+        applied: set[int] = set()
+        for w in waits:
+            p = {**w, "now": now}
+            if c.execute(q["limiter_job_wait"], p).rowcount == 1:
+                c.execute(q["limiter_attempt_wait"], p)
+                applied.add(w["job_id"])
+        return applied
+
+    def _lim_read(self, name: str, params: Mapping[str, Any]) -> list[Any]:
+        return self._read(name, dict(params))  # type: ignore[attr-defined,no-any-return]

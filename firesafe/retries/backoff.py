@@ -35,6 +35,9 @@ class Backoff:
     jitter: Jitter = "full"
 
     def __post_init__(self) -> None:
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (self.base, self.factor, self.cap)):
+            raise InvalidInput(f"Backoff takes numbers of seconds (base, cap) and a factor, not "
+                               f"base={self.base!r}, factor={self.factor!r}, cap={self.cap!r}")
         if not (self.base >= 0 and self.factor >= 1 and self.cap >= self.base):
             raise InvalidInput("Backoff needs base >= 0, factor >= 1 and cap >= base")
         if self.jitter not in ("full", "equal", "none"):

@@ -6,7 +6,7 @@ import os
 from urllib.parse import unquote, urlsplit
 
 from firesafe.clock import Clock
-from firesafe.errors import StoreError
+from firesafe.errors import ConfigError, InvalidInput, StoreError
 from firesafe.store.base import Store
 
 DEFAULT_URL = "sqlite:///firesafe.db"
@@ -30,6 +30,8 @@ def open_store(url: str | None = None, clock: Clock | None = None, **options: ob
         if parts.netloc:
             raise StoreError(f"SQLite URL {url!r} has a host; write sqlite:///relative.db or sqlite:////abs.db")
         path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
+        if "\x00" in path:
+            raise StoreError(f"SQLite URL {url!r} names a path with a NUL character in it")
         from firesafe.store.sqlite import SQLiteStore
 
         return SQLiteStore(path, clock, **options)  # type: ignore[arg-type]
@@ -38,7 +40,12 @@ def open_store(url: str | None = None, clock: Clock | None = None, **options: ob
             from firesafe.store.postgres import PostgresStore
         except ImportError as exc:  # pragma: no cover - psycopg is a dependency
             raise StoreError(f"the PostgreSQL store needs psycopg: {exc}") from exc
-        return PostgresStore(url, clock, **options)  # type: ignore[arg-type]
+        try:
+            return PostgresStore(url, clock, **options)  # type: ignore[arg-type]
+        except ValueError as exc:  # urllib's verdict on a malformed URL: a port out of range, a broken IPv6 host
+            if isinstance(exc, StoreError | ConfigError | InvalidInput):
+                raise
+            raise StoreError(f"invalid PostgreSQL URL: {exc}") from None
     raise StoreError(
         f"unknown store URL {url!r}: use sqlite:///path/to/file.db or postgresql://user@host:port/database"
     )

@@ -14,8 +14,9 @@ import traceback as tb_mod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from firesafe.errors import Cancelled, InvalidInput
+from firesafe.errors import Cancelled, InvalidInput, RetryAfter
 from firesafe.idempotency.keys import canonical_json
+from firesafe.limits.http import retry_after_of
 from firesafe.masking import mask_text
 from firesafe.retries.decide import Budget, decide
 from firesafe.states import Outcome, State
@@ -40,6 +41,7 @@ class AttemptResult:
     duration: float = 0.0
     traceback: str | None = None
     result_json: str | None = None  # the canonical JSON of ``value``, made once when the attempt ends
+    retry_after: float | None = None  # seconds an HTTP 429/503 error's Retry-After asks for (firesafe/limits)
 
 
 class TimedOut(Exception):
@@ -74,7 +76,8 @@ def execute(jobdef: JobDef, ctx: Context, args: list[Any], kwargs: dict[str, Any
     except Exception as exc:
         if isinstance(exc, InvalidInput) and "result" in str(exc):
             exc = InvalidInput(f"job {jobdef.name!r} returned a value that cannot be stored: {exc}")
-        return AttemptResult(exc, duration=time.monotonic() - start, traceback=_format_tb(exc))
+        return AttemptResult(exc, duration=time.monotonic() - start, traceback=_format_tb(exc),
+                             retry_after=retry_after_of(exc, time.time()))
 
 
 def _format_tb(exc: BaseException) -> str:
@@ -99,7 +102,10 @@ def conclude(claimed: Claimed, jobdef: JobDef, res: AttemptResult, draw: float, 
     if cancel_requested and res.error is not None and not res.timed_out:
         decision = decide(Cancelled("cancel requested"), budget, jobdef.backoff, draw)
     else:
-        decision = decide(res.error, budget, jobdef.backoff, draw, timed_out=res.timed_out,
+        # An HTTP 429/503 error carrying Retry-After is taken as RetryAfter; the trace keeps the error.
+        error = RetryAfter(res.retry_after) if res.retry_after is not None and not isinstance(
+            res.error, RetryAfter) else res.error
+        decision = decide(error, budget, jobdef.backoff, draw, timed_out=res.timed_out,
                           give_up_on=jobdef.give_up_on)
     error_type, message = error_fields(res.error)
     if res.timed_out:

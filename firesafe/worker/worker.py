@@ -97,7 +97,9 @@ class Worker:
         self._isolation_name = "isolator:" + ",".join(sorted(self.queues))
         self._isolating = False
         self._suspects_due = False
+        self._idle_probe_at = 0.0  # when an isolating worker with nothing running may look for suspects again
         self._unsaved: list[tuple[list[FinishParams], list[tuple[_Running, Any]] | None, bool]] = []
+        self._linger_until: float | None = None  # outcomes wait until then for the rest of their batch
         # Limiters (firesafe/limits): None unless the app declares some; checks their config now.
         self._limits: Any = None
         if app.limiters or any(j.limiters for j in app.jobs.values()):
@@ -153,7 +155,8 @@ class Worker:
                     if now - last_prune >= self.app.prune_interval:
                         self.app.prune()
                         last_prune = now
-                    self._flush()
+                    if not self._linger():
+                        self._flush()
                     self._timeouts()
                     if self._stopping.is_set():
                         if stop_at is None:
@@ -187,8 +190,32 @@ class Worker:
                 stop()
         return self.stats
 
+    #: How long outcomes that came back may wait for the rest of their batch (see :meth:`_linger`).
+    LINGER = 0.002
+
+    def _linger(self) -> bool:
+        """Hold the outcomes that came back while the rest of their batch still runs, for up to
+        ``LINGER`` seconds, so that one commit saves them all. Each commit costs a disk flush; saving
+        whatever is back at each wake-up splits a busy worker's batches in two (claims of 4 and saves of 4
+        instead of 8 and 8), which halves its throughput. Nothing is acknowledged before its commit: an
+        outcome only waits a little longer in memory, its lease held and heartbeated as before."""
+        back = self._done.qsize()
+        if not back or self._unsaved or self._stopping.is_set() or back >= sum(
+                1 for r in self._running.values() if not r.done):
+            self._linger_until = None
+            return False
+        now = time.monotonic()
+        if self._linger_until is None:
+            self._linger_until = now + self.LINGER
+        if now < self._linger_until:
+            return True
+        self._linger_until = None
+        return False
+
     def _sleep_time(self) -> float:
         wait = self.poll_interval
+        if self._linger_until is not None:
+            wait = min(wait, max(0.0, self._linger_until - time.monotonic()))
         deadlines = [r.deadline for r in self._running.values() if r.deadline and not r.done]
         if deadlines:
             wait = min(wait, max(0.0, min(deadlines) - time.monotonic()))
@@ -217,13 +244,17 @@ class Worker:
         cannot take the jobs beside it down with it: they never share its process."""
         if any(r.claimed.job.lost > 0 for r in self._running.values()):
             return []
-        if self._isolating and (self._suspects_due or not self._running):
+        idle_probe = not self._running and time.monotonic() >= self._idle_probe_at
+        if self._isolating and (self._suspects_due or idle_probe):
             if self._running:
                 return []  # let the running attempts finish, then run the suspect alone
             claimed = self._take(1, suspects=True)
             if claimed:
                 return claimed
             self._suspects_due = False
+            # Looking for suspects that are not there scans the waiting jobs (no index has `lost`):
+            # a worker draining a backlog is idle between every two batches, so look once per poll.
+            self._idle_probe_at = time.monotonic() + self.poll_interval
         free = self.concurrency - len(self._running)
         if free <= 0:
             return []

@@ -8,6 +8,10 @@
 -- Batches: where SQLite loops over items in one transaction, PostgreSQL sends the whole batch as arrays
 -- in one statement (one round trip, atomic without an explicit transaction).
 
+-- name: schema_present
+-- Whether firesafe's schema exists (PostgreSQL only): a DBA may create it for a role that may not.
+SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %(schema)s) AS present;
+
 -- name: schema_create
 -- firesafe's own schema, so its tables never collide with the application's (PostgreSQL only).
 CREATE SCHEMA IF NOT EXISTS {schema};
@@ -48,15 +52,16 @@ SELECT extract(epoch FROM clock_timestamp())::float8 AS now;
 LISTEN {channel};
 
 -- name: savepoint
--- Fence an enqueue inside the caller's transaction (enqueue(conn=...)), so a conflict undoes only it.
+-- Fence an enqueue inside the caller's transaction (enqueue(conn=...), PostgreSQL only), so a conflict
+-- undoes only the enqueue.
 SAVEPOINT firesafe_enqueue;
 
 -- name: savepoint_rollback
--- Undo what the enqueue wrote; the caller's transaction goes on.
+-- Undo what the enqueue wrote; the caller's transaction goes on (PostgreSQL only).
 ROLLBACK TO SAVEPOINT firesafe_enqueue;
 
 -- name: savepoint_release
--- Keep what the enqueue wrote as part of the caller's transaction.
+-- Keep what the enqueue wrote as part of the caller's transaction (PostgreSQL only).
 RELEASE SAVEPOINT firesafe_enqueue;
 
 -- name: job_max_id
@@ -64,39 +69,45 @@ RELEASE SAVEPOINT firesafe_enqueue;
 -- kept so both dialect files define the same names.
 SELECT coalesce(max(id), 0) AS max_id FROM {schema}.firesafe_jobs;
 
+-- name: job_ids_next
+-- Reserve ids for a batch, in enqueue order, as one array, and read the clock once for the whole
+-- batch, whose chunks are separate statements (PostgreSQL only: see job_insert).
+SELECT array_agg(nextval('{schema}.firesafe_jobs_id_seq'::regclass) ORDER BY g) AS ids,
+       coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now
+FROM generate_series(1, %(n)s::int) AS g;
+
 -- name: job_insert
 -- Insert a batch of jobs unless their key exists (the unique key decides; the caller compares
--- fingerprints). Returns the new rows (created true) and the rows stored before (created false).
--- PostgreSQL differs: the whole batch is one statement over arrays. Ids are drawn in enqueue order
--- (claims run a batch FIFO), but rows are written in key order, so two overlapping batches take their
--- key locks in the same order and cannot deadlock. RETURNING says which rows are new. pg_notify wakes
--- listening workers once the transaction commits (the caller's, with enqueue(conn=...)); it runs once
--- per queue, from the woken subquery, when any row was inserted.
+-- fingerprints and looks up the keys that were not inserted with job_by_keys).
+-- PostgreSQL differs: a batch is one statement over arrays (array literals the store writes itself,
+-- the fastest form to build and to parse; large batches as several statements in one pipeline).
+-- RETURNING says which rows are new, with only what the database decided: the caller knows the
+-- rest, and sending whole rows back cost a third of a bulk insert. The caller sends the rows sorted
+-- by key, so overlapping batches take their key locks in the same order and cannot deadlock, with
+-- ids reserved in enqueue order and one clock reading for the whole batch (job_ids_next), so a batch
+-- still runs FIFO; a single job takes the next id and the clock here. pg_notify wakes listening
+-- workers when the transaction commits (the caller's, with enqueue(conn=...)); it runs once per
+-- queue, through the woken subquery, if any row was inserted.
 WITH clock AS MATERIALIZED (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
-input AS MATERIALIZED (
-    SELECT nextval('{schema}.firesafe_jobs_id_seq'::regclass) AS id, i.*
-    FROM unnest(%(key)s::text[], %(name)s::text[], %(queue)s::text[], %(fingerprint)s::text[],
-                %(payload)s::text[], %(arg_names)s::text[], %(max_attempts)s::int[],
-                %(run_at)s::float8[], %(delay)s::float8[]) WITH ORDINALITY
-         AS i(key, name, queue, fingerprint, payload, arg_names, max_attempts, run_at, delay, ord)
-    ORDER BY i.ord),
 inserted AS (
     INSERT INTO {schema}.firesafe_jobs (id, key, name, queue, fingerprint, payload, arg_names, state,
                                         max_attempts, run_at, created_at, updated_at)
-    SELECT i.id, i.key, i.name, i.queue, i.fingerprint, i.payload, i.arg_names,
+    SELECT coalesce(i.id, nextval('{schema}.firesafe_jobs_id_seq'::regclass)), i.key, i.name, i.queue,
+           i.fingerprint, i.payload, i.arg_names,
            CASE WHEN coalesce(i.run_at, c.now + i.delay) > c.now THEN 'scheduled' ELSE 'queued' END,
            i.max_attempts, coalesce(i.run_at, c.now + i.delay), c.now, c.now
-    FROM input i CROSS JOIN clock c
-    ORDER BY i.key
+    FROM clock c CROSS JOIN
+         unnest(%(id)s::bigint[], %(key)s::text[], %(name)s::text[], %(queue)s::text[],
+                %(fingerprint)s::text[], %(payload)s::text[], %(arg_names)s::text[],
+                %(max_attempts)s::int[], %(run_at)s::float8[], %(delay)s::float8[])
+             AS i(id, key, name, queue, fingerprint, payload, arg_names, max_attempts, run_at, delay)
     ON CONFLICT (key) DO NOTHING
-    RETURNING *),
+    RETURNING id, key, queue, state, run_at, created_at),
 woken AS (
     SELECT pg_notify(%(channel)s, q.queue)
     FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'queued') q)
-SELECT j.*, true AS created, (SELECT count(*) FROM woken) AS woken FROM inserted j
-UNION ALL
-SELECT j.*, false AS created, 0 AS woken FROM {schema}.firesafe_jobs j WHERE j.key = ANY(%(key)s::text[]);
+SELECT j.id, j.key, j.state, j.run_at, j.created_at, (SELECT count(*) FROM woken) AS woken FROM inserted j;
 
 -- name: job_by_keys
 -- Jobs whose key is in a list.
@@ -110,16 +121,22 @@ SELECT * FROM {schema}.firesafe_jobs WHERE key = %(key)s;
 -- Claim up to :limit runnable jobs of the given queues for one attempt each, under one lease token.
 -- PostgreSQL differs: FOR UPDATE SKIP LOCKED lets concurrent workers claim disjoint rows without
 -- waiting on each other (SQLite has one writer at a time), and the attempts are opened in the same
--- statement (attempt_open's work), so a claim is one atomic round trip.
+-- statement (attempt_open's work), so a claim is one atomic round trip. One index scan per queue
+-- (LATERAL) reads the runnable index in (run_at, id) order and stops after :limit rows; "queue =
+-- ANY(...)" instead would sort every runnable row of the queues on every claim.
 WITH clock AS MATERIALIZED (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
 picked AS (
-    SELECT j.id FROM {schema}.firesafe_jobs j
-    WHERE j.state IN ('queued', 'scheduled') AND j.run_at <= (SELECT now FROM clock)
-      AND j.queue = ANY(%(queues)s::text[])
-    ORDER BY j.run_at, j.id
-    LIMIT %(limit)s
-    FOR UPDATE OF j SKIP LOCKED),
+    SELECT p.id FROM unnest(%(queues)s::text[]) AS q(queue)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at FROM {schema}.firesafe_jobs j
+        WHERE j.queue = q.queue AND j.state IN ('queued', 'scheduled') AND j.run_at <= (SELECT now FROM clock)
+          AND (j.lost > 0) = %(suspects)s::boolean
+        ORDER BY j.run_at, j.id
+        LIMIT %(limit)s
+        FOR UPDATE OF j SKIP LOCKED) p
+    ORDER BY p.run_at, p.id
+    LIMIT %(limit)s),
 claimed AS (
     UPDATE {schema}.firesafe_jobs j
     SET state = 'running', lease_token = %(token)s, lease_expires = c.now + %(lease)s::float8,
@@ -353,14 +370,17 @@ SELECT
     (SELECT count(*) FROM {schema}.firesafe_jobs WHERE state = 'running'
         AND queue = ANY(%(queues)s::text[])) AS running,
     (SELECT min(run_at) FROM {schema}.firesafe_jobs WHERE state IN ('queued', 'scheduled')
-        AND queue = ANY(%(queues)s::text[])) AS next_at;
+        AND queue = ANY(%(queues)s::text[])) AS next_at,
+    (SELECT count(*) FROM {schema}.firesafe_jobs WHERE state IN ('queued', 'scheduled') AND lost > 0
+        AND run_at <= (SELECT now FROM clock) AND queue = ANY(%(queues)s::text[])) AS suspects;
 
 -- name: job_delete_finished
 -- Delete up to :limit jobs in one finished state that finished more than :older_than seconds ago
--- (frees their keys). PostgreSQL differs: the cut-off is computed from the database's clock.
+-- (frees their keys). PostgreSQL differs: the cut-off is computed from the database's clock, and
+-- the constant state list lets even a generic (prepared) plan use the partial finished index.
 DELETE FROM {schema}.firesafe_jobs WHERE id IN (
     SELECT id FROM {schema}.firesafe_jobs
-    WHERE state = %(state)s
+    WHERE state = %(state)s AND state IN ('succeeded', 'dead', 'cancelled')
       AND finished_at < coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
                         - %(older_than)s::float8
     LIMIT %(limit)s);

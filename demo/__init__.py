@@ -1,0 +1,1 @@
+"""``make demo``: firesafe's recovery story, scripted, on a fresh SQLite file (``python -m demo``)."""

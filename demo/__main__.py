@@ -1,0 +1,5 @@
+import sys
+
+from demo.story import main
+
+sys.exit(main())

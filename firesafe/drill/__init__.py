@@ -1,0 +1,1 @@
+"""Proof on purpose: faults injected at named points, a deterministic simulation, and ``firesafe drill``."""

@@ -1,0 +1,246 @@
+"""Where the worker loop meets the limiters: admit claimed jobs, settle ended attempts.
+
+The loop calls :meth:`Gate.admit` right after a claim (one store transaction for the batch's limited
+jobs: those refused are given back there, scheduled at their turn, no attempt used and no worker
+slot held) and :meth:`Gate.settle` before saving outcomes (one transaction for the batch's limited
+jobs: Retry-After pauses the limiter for every worker, transient failures count toward the breaker,
+and attempts that ended because of a limit are given back instead of being spent).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from firesafe.errors import RetryAfter, StoreError
+from firesafe.limits.api import Throttled, check_app
+from firesafe.limits.store import Acquire, Report
+from firesafe.states import Outcome, State
+from firesafe.store.base import Claimed, FinishParams
+
+if TYPE_CHECKING:
+    from firesafe.limits.bucket import LimiterSpec
+    from firesafe.worker.worker import Worker
+
+log = logging.getLogger("firesafe.limits")
+
+#: The shortest nap of a worker that has jobs coming back from a limiter: due jobs are claimed in
+#: small batches rather than one transaction per job (the bucket's burst absorbs the lateness).
+TICK = 0.02
+#: Reasons of an ended attempt that say nothing about the provider.
+_NEUTRAL_REASONS = frozenset({"permanent", "cancelled", "unknown_job"})
+
+
+@dataclass(frozen=True)
+class Tag:
+    """Put on an exception that left a ``with ctx.limit(name)`` block whose report says the job must
+    wait ``delay`` seconds (the limiter was paused by it, or its breaker is open)."""
+
+    limiter: str
+    delay: float
+
+
+def tag_of(error: BaseException | None) -> Tag | None:
+    seen = 0
+    while error is not None and seen < 4:
+        tag = getattr(error, "_firesafe_limit", None)
+        if isinstance(tag, Tag):
+            return tag
+        error = error.__cause__
+        seen += 1
+    return None
+
+
+def retry_after_seconds(error: BaseException | None, http_seconds: float | None) -> float | None:
+    """What the provider asked to wait: an HTTP Retry-After, or a ``RetryAfter`` the job raised
+    (a durable ``ctx.sleep`` and a refused ``ctx.limit`` are not the provider's doing)."""
+    if http_seconds is not None:
+        return http_seconds
+    if isinstance(error, RetryAfter) and not isinstance(error, Throttled) and not _is_sleep(error):
+        return error.seconds
+    return None
+
+
+def _is_sleep(error: BaseException) -> bool:
+    from firesafe.rerun.steps import DurableSleep
+
+    return isinstance(error, DurableSleep)
+
+
+def outcome_of(fin: FinishParams) -> str:
+    """``ok``, ``failure`` (transient: retried, timed out, or retries exhausted) or ``neutral``.
+
+    >>> from firesafe.states import Outcome, State
+    >>> outcome_of(FinishParams(1, "t", 1, State.SCHEDULED, Outcome.FAILED, delay=1.0))
+    'failure'
+    >>> outcome_of(FinishParams(1, "t", 1, State.DEAD, Outcome.FAILED, reason="permanent"))
+    'neutral'
+    """
+    if fin.outcome == Outcome.SUCCEEDED:
+        return "ok"
+    if fin.outcome in (Outcome.FAILED, Outcome.TIMED_OUT) and fin.reason not in _NEUTRAL_REASONS:
+        return "failure"
+    return "neutral"
+
+
+def waited(fin: FinishParams, delay: float) -> FinishParams:
+    """How a given-back attempt reads in the worker's log and counters."""
+    return FinishParams(job_id=fin.job_id, token=fin.token, seq=fin.seq, state=State.SCHEDULED,
+                        outcome=Outcome.DEFERRED, delay=delay, given_back=1, error_type=fin.error_type,
+                        message=fin.message, reason="limiter")
+
+
+def admitted(fin: FinishParams, limiters: tuple[str, ...], at: float) -> FinishParams:
+    """``fin`` with ``{"admitted": {"limiters": [...], "at": T}}`` added to its trace detail.
+
+    >>> from firesafe.states import Outcome, State
+    >>> f = FinishParams(1, "t", 1, State.SUCCEEDED, Outcome.SUCCEEDED, detail='{"duration": 0.5}')
+    >>> admitted(f, ("stripe",), 12.5).detail
+    '{"duration": 0.5, "admitted": {"limiters": ["stripe"], "at": 12.5}}'
+    """
+    detail = json.loads(fin.detail) if fin.detail else {}
+    detail["admitted"] = {"limiters": list(limiters), "at": at}
+    return replace(fin, detail=json.dumps(detail))
+
+
+class Gate:
+    """The limiters of one worker's app."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.app = worker.app
+        self.store: Any = worker.store
+        self.job_limiters = check_app(self.app)
+        self.specs: dict[str, LimiterSpec] = {n: lim.spec for n, lim in self.app.limiters.items()}
+        if self.specs:
+            self.store.limiter_sync(list(self.specs.values()))
+        self._held: dict[tuple[int, str], tuple[bool, bool, float]] = {}  # (job, token) -> (quiet, probe, at)
+        self._due: list[float] = []  # monotonic times at which jobs this worker gave back come up
+
+    # -- after a claim ---------------------------------------------------------------------------
+    def admit(self, claimed: list[Claimed]) -> list[Claimed]:
+        """The claimed jobs that may start now; the others were given back in the store."""
+        items = [Acquire(c.job.id, c.token, c.job.runs, self.job_limiters[c.job.name], self.worker.random.random(),
+                         key=c.job.key)
+                 for c in claimed if c.job.name in self.job_limiters]
+        if not items:
+            return claimed
+        try:
+            grants = self.store.limiter_acquire_many(self.specs, items)
+        except StoreError:
+            from firesafe.worker.executor import released
+
+            limited = {it.job_id for it in items}
+            back = [released(c, "the store failed before the job's limiters were checked")
+                    for c in claimed if c.job.id in limited]
+            self.worker._unsaved.append((back, None, False))  # given back once the store answers
+            raise
+        refused: set[int] = set()
+        now = time.monotonic()
+        for g, it in zip(grants, items, strict=True):
+            if g.granted:
+                self._held[(it.job_id, it.token)] = (g.quiet, g.probe, g.at)
+                continue
+            refused.add(g.job_id)
+            if g.applied:
+                self.worker.stats.deferred += 1
+                heapq.heappush(self._due, now + g.delay)
+                log.debug("%s waits %.3fs for limiter %s (%s)", it.key, g.delay, g.limiter, g.why)
+            else:
+                self.worker.stats.fenced += 1
+        if refused:
+            log.info("%d job(s) wait for limiters; %d may start", len(refused), len(claimed) - len(refused))
+        return [c for c in claimed if c.job.id not in refused]
+
+    def sleep_time(self, wait: float) -> float:
+        """The loop's nap, shortened to wake when jobs it gave back come up."""
+        now = time.monotonic()
+        while self._due and self._due[0] <= now - TICK:
+            heapq.heappop(self._due)
+        if self._due:
+            return min(wait, max(self._due[0] - now, TICK))
+        return wait
+
+    # -- before saving outcomes ----------------------------------------------------------------
+    def settle(self, finishes: list[FinishParams], meta: list[tuple[Any, Any]] | None,
+               keep_slots: bool = False) -> tuple[list[FinishParams], list[tuple[Any, Any]] | None]:
+        """Report limited attempts to their limiters; return what is left to save as usual.
+
+        Attempts given back (a pause or an open breaker, a refused ``ctx.limit``) are written by the
+        report's transaction and booked here.
+        """
+        reports: list[Report] = []
+        index: list[int] = []
+        for i, fin in enumerate(finishes):
+            running, res = meta[i] if meta else (None, None)
+            if running is None:
+                continue
+            job = running.claimed.job
+            held = self._held.pop((job.id, running.claimed.token), None)
+            if held is not None:  # the trace keeps when the attempt got its tokens (the store's clock)
+                fin = finishes[i] = admitted(fin, self.job_limiters[job.name], held[2])
+            report = self._report_for(fin, job, running.claimed.token, res, held)
+            if report is not None:
+                reports.append(report)
+                index.append(i)
+        if len(self._held) > 4 * self.worker.concurrency + 100:  # attempts whose result was dropped
+            live = {(r.claimed.job.id, r.claimed.token) for r in self.worker._running.values()}
+            self._held = {k: v for k, v in self._held.items() if k in live}
+        if not reports:
+            return finishes, meta
+        try:
+            verdicts = self.store.limiter_report_many(self.specs, reports)
+        except StoreError:
+            self.worker._unsaved.append((finishes, meta, keep_slots))  # saved plainly once the store answers
+            raise
+        taken: set[int] = set()
+        booked: list[FinishParams] = []
+        booked_meta: list[tuple[Any, Any]] = []
+        applied: list[bool] = []
+        for i, report, v in zip(index, reports, verdicts, strict=True):
+            if not (v.waits and report.finish is not None):
+                continue
+            taken.add(i)
+            booked.append(waited(finishes[i], v.delay))
+            booked_meta.append(meta[i] if meta else (None, None))
+            applied.append(v.applied)
+            if v.applied:
+                heapq.heappush(self._due, time.monotonic() + v.delay)
+        if booked:
+            self.worker._book(booked, booked_meta, applied, keep_slots)
+        if not taken:
+            return finishes, meta
+        rest = [f for i, f in enumerate(finishes) if i not in taken]
+        rest_meta = [m for i, m in enumerate(meta) if i not in taken] if meta else None
+        return rest, rest_meta
+
+    def _report_for(self, fin: FinishParams, job: Any, token: str, res: Any,
+                    held: tuple[bool, bool, float] | None) -> Report | None:
+        error = getattr(res, "error", None)
+        draw = self.worker.random.random()
+        base = {"job_id": job.id, "token": token, "seq": fin.seq, "draw": draw, "key": job.key}
+        if isinstance(error, Throttled) and error.limiter in self.specs:
+            return Report(limiters=(error.limiter,), outcome="neutral", wait_for=error.seconds, finish=fin, **base)
+        tag = tag_of(error)
+        if tag is not None and tag.limiter in self.specs and fin.outcome != Outcome.CANCELLED:
+            return Report(limiters=(tag.limiter,), outcome="neutral", wait_for=tag.delay, finish=fin, **base)
+        limiters = self.job_limiters.get(job.name)
+        if not limiters:
+            return None
+        quiet, probe = (held[0], held[1]) if held is not None else (False, False)
+        outcome = outcome_of(fin)
+        pause_for = None
+        if fin.outcome != Outcome.CANCELLED:
+            pause_for = retry_after_seconds(error, getattr(res, "retry_after", None))
+        if pause_for is None and outcome == "ok" and quiet and not probe:
+            return None  # the usual case: nothing to tell the limiter
+        if pause_for is None and outcome == "neutral" and not probe and quiet:
+            return None
+        give_back = pause_for is not None or outcome == "failure"
+        return Report(limiters=limiters, outcome=outcome, pause_for=pause_for, finish=fin if give_back else None,
+                      **base)
+

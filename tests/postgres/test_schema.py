@@ -1,0 +1,216 @@
+"""Migrations: the schema built by replaying every PostgreSQL migration is the one the code expects.
+
+"Expected" is checked three ways, so that drift anywhere fails here: (1) every named query of
+``postgres.sql`` parses and plans against the migrated schema; (2) the migrated tables, columns,
+nullability, kinds of type and indexes equal those of the SQLite migrations (one contract, two
+dialects); (3) both dialects have the same migration versions and the same query names.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+from importlib.resources import files
+
+import psycopg
+import pytest
+
+from firesafe import App
+from firesafe.errors import ConfigError, StoreError
+from firesafe.store import open_store, queries
+from firesafe.store.postgres import PostgresStore
+from tests.postgres.conftest import Pg
+
+#: How a SQLite column type maps onto the PostgreSQL types a migration may use for it.
+TYPES = {"INTEGER": {"integer", "bigint", "boolean"}, "REAL": {"double precision"}, "TEXT": {"text"}}
+
+
+def migrated(pg: Pg) -> PostgresStore:
+    store = open_store(pg.url)
+    assert isinstance(store, PostgresStore)
+    store.migrate()
+    return store
+
+
+def test_every_named_query_plans_against_the_migrated_schema(pg: Pg) -> None:
+    store = migrated(pg)
+    try:
+        with psycopg.connect(pg.url.split("?")[0]) as conn:
+            for name, text in store.q.items():
+                numbered, names = text, []
+
+                def number(m: re.Match[str], names: list[str] = names) -> str:
+                    if m.group(1) not in names:
+                        names.append(m.group(1))
+                    return f"${names.index(m.group(1)) + 1}"
+
+                numbered = re.sub(r"%\((\w+)\)[sb]", number, text)
+                result = conn.pgconn.prepare(b"", numbered.encode())  # parse and plan only: nothing runs
+                assert result.status == psycopg.pq.ExecStatus.COMMAND_OK, (
+                    f"query {name!r} does not fit the migrated schema: "
+                    f"{result.error_message.decode(errors='replace')}")
+    finally:
+        store.close()
+
+
+def _sqlite_schema(tmp_path) -> dict[str, dict]:
+    path = tmp_path / "ref.db"
+    open_store(f"sqlite:///{path}").migrate()
+    conn = sqlite3.connect(path)
+    tables = [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+    out = {}
+    for t in tables:
+        cols = {r[1]: (r[2].upper(), bool(r[3]) or bool(r[5])) for r in conn.execute(f"PRAGMA table_info({t})")}
+        indexes = {r[1] for r in conn.execute(f"PRAGMA index_list({t})") if r[3] == "c"}
+        uniques = {tuple(c[2] for c in conn.execute(f"PRAGMA index_info({r[1]})"))
+                   for r in conn.execute(f"PRAGMA index_list({t})") if r[2] and r[3] != "c"}
+        out[t] = {"columns": cols, "indexes": indexes, "uniques": uniques}
+    conn.close()
+    return out
+
+
+def _pg_schema(pg: Pg) -> dict[str, dict]:
+    with pg.admin() as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (pg.schema,))]
+        out = {}
+        for t in tables:
+            cols = {}
+            for name, dtype, nullable, pk in conn.execute(
+                    "SELECT c.column_name, c.data_type, c.is_nullable, "
+                    "  EXISTS (SELECT 1 FROM information_schema.key_column_usage k "
+                    "          JOIN information_schema.table_constraints tc USING (constraint_schema, constraint_name) "
+                    "          WHERE tc.constraint_type = 'PRIMARY KEY' AND k.table_schema = c.table_schema "
+                    "            AND k.table_name = c.table_name AND k.column_name = c.column_name) "
+                    "FROM information_schema.columns c WHERE c.table_schema = %s AND c.table_name = %s",
+                    (pg.schema, t)):
+                cols[name] = (dtype, nullable == "NO" or pk)
+            constraint_indexes = {r[0] for r in conn.execute(
+                "SELECT conindid::regclass::text FROM pg_constraint WHERE conrelid = %s::regclass",
+                (f'"{pg.schema}".{t}',))}
+            indexes = {r[0] for r in conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND tablename = %s", (pg.schema, t))}
+            indexes -= {i.split(".")[-1].strip('"') for i in constraint_indexes}
+            uniques = {tuple(r[0]) for r in conn.execute(
+                "SELECT array_agg(a.attname ORDER BY k.n) FROM pg_constraint c "
+                "CROSS JOIN LATERAL unnest(c.conkey) WITH ORDINALITY AS k(attnum, n) "
+                "JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum "
+                "WHERE c.conrelid = %s::regclass AND c.contype IN ('u', 'p') GROUP BY c.oid",
+                (f'"{pg.schema}".{t}',))}
+            out[t] = {"columns": cols, "indexes": indexes, "uniques": uniques}
+    return out
+
+
+def test_migrated_schema_matches_the_sqlite_schema(pg: Pg, tmp_path) -> None:
+    migrated(pg).close()
+    lite, post = _sqlite_schema(tmp_path), _pg_schema(pg)
+    assert set(post) == set(lite), "both dialects must create the same tables"
+    for table, want in lite.items():
+        got = post[table]
+        assert set(got["columns"]) == set(want["columns"]), f"columns of {table}"
+        for col, (ltype, lnotnull) in want["columns"].items():
+            ptype, pnotnull = got["columns"][col]
+            assert ptype in TYPES[ltype], f"{table}.{col}: {ptype} does not stand for SQLite's {ltype}"
+            assert pnotnull == lnotnull, f"{table}.{col}: NOT NULL differs between the dialects"
+        assert got["indexes"] == want["indexes"], f"indexes of {table}"
+        assert got["uniques"] >= want["uniques"], f"unique keys of {table}"
+
+
+def _pg_query_comments() -> dict[str, str]:
+    """The comment lines under each ``-- name:`` of every PostgreSQL query file."""
+    root = files("firesafe.store") / "sql"
+    texts = [(root / "postgres.sql").read_text()]
+    if (root / "postgres").is_dir():
+        texts += [e.read_text() for e in (root / "postgres").iterdir() if e.name.endswith(".sql")]
+    out: dict[str, str] = {}
+    for text in texts:
+        name = None
+        for line in text.splitlines():
+            if line.startswith("-- name:"):
+                name = line.split(":", 1)[1].strip()
+                out[name] = ""
+            elif name is not None and line.startswith("--"):
+                out[name] += line
+            else:
+                name = None if line.strip() else name
+    return out
+
+
+def test_both_dialects_have_the_same_migrations_and_query_names() -> None:
+    assert [v for v, _ in queries.migrations("postgres")] == [v for v, _ in queries.migrations("sqlite")]
+    lite, post = set(queries.load("sqlite")), set(queries.load("postgres"))
+    assert lite - post == set(), "queries missing from postgres.sql"
+    comments = _pg_query_comments()
+    unexplained = sorted(n for n in post - lite if "PostgreSQL" not in comments[n])
+    assert unexplained == [], "a PostgreSQL-only query must say why in its comment ('PostgreSQL only/differs')"
+    names = [p.name for p in (files("firesafe.store") / "migrations" / "postgres").iterdir() if p.name.endswith(".sql")]
+    assert all(re.fullmatch(r"\d{4}_[a-z0-9_]+\.sql", n) for n in names), names
+
+
+def test_migrate_is_idempotent_and_reports_the_version(pg: Pg) -> None:
+    store = open_store(pg.url)
+    try:
+        assert store.schema_version() == 0
+        latest = max(v for v, _ in queries.migrations("postgres"))
+        assert store.migrate()[-1] == latest
+        assert store.migrate() == []
+        assert store.schema_version() == latest
+    finally:
+        store.close()
+
+
+def test_concurrent_migrations_apply_each_version_once(pg: Pg) -> None:
+    stores = [open_store(pg.url) for _ in range(6)]
+    barrier = threading.Barrier(len(stores))
+    results: list[list[int] | BaseException] = [[] for _ in stores]
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = stores[i].migrate()
+        except BaseException as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    for s in stores:
+        s.close()
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    applied = [v for r in results for v in r]  # type: ignore[union-attr]
+    assert sorted(applied) == [v for v, _ in queries.migrations("postgres")]
+    assert pg.scalar(f'SELECT count(*) FROM "{pg.schema}".firesafe_migrations') == len(applied)
+
+
+def test_tables_live_in_their_own_schema(pg: Pg) -> None:
+    app = App(pg.url)
+
+    @app.job
+    def noop(ctx) -> None: ...
+
+    noop.enqueue(key="k")
+    app.close()
+    tables = set(pg.scalar("SELECT string_agg(table_name, ',') FROM information_schema.tables "
+                           "WHERE table_schema = %s", (pg.schema,)).split(","))
+    assert {"firesafe_jobs", "firesafe_attempts", "firesafe_migrations"} <= tables
+    assert all(t.startswith("firesafe_") for t in tables)
+    assert pg.scalar(f'SELECT count(*) FROM "{pg.schema}".firesafe_jobs') == 1
+
+
+@pytest.mark.parametrize("bad", ["Upper", "1abc", "pg_catalog", "a-b", "x" * 49, "a;drop"])
+def test_a_bad_schema_name_is_a_clear_error(bad: str) -> None:
+    with pytest.raises(ConfigError, match="invalid schema"):
+        open_store(f"postgresql://postgres@127.0.0.1:5432/test?schema={bad}")
+
+
+def test_an_unreachable_server_is_a_clear_store_error() -> None:
+    store = open_store("postgresql://postgres@127.0.0.1:1/test", timeout=1.0)
+    try:
+        with pytest.raises(StoreError, match=r"127\.0\.0\.1:1/test .*unreachable"):
+            store.migrate()
+    finally:
+        store.close()
