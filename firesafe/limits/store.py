@@ -180,6 +180,10 @@ class LimitsStore:
         """Run a named query of the limits part on ``c``; returns the cursor."""
         raise NotImplementedError
 
+    def _lim_exec_many(self, c: Any, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Run a named query once per row, batched as the driver can."""
+        raise NotImplementedError
+
     def _lim_list(self, values: Sequence[Any]) -> Any:
         """A list parameter as the dialect takes it (JSON text on SQLite, an array on PostgreSQL)."""
         raise NotImplementedError
@@ -291,8 +295,8 @@ class LimitsStore:
                                   "message": _wait_message(blocker, why, delay), "traceback": None,
                                   "detail": json.dumps({"limiter": blocker, "why": why,
                                                         "wait": round(delay, 6)})})
-            for slot in slots:
-                self._lim_exec(c, "limiter_slot_take", slot)
+            if slots:
+                self._lim_exec_many(c, "limiter_slot_take", slots)
             applied = self._lim_waits(c, now, waits) if waits else set()
             self._lim_save(c, now, before, states)
         deferred = {w["job_id"] for w in waits}

@@ -27,6 +27,10 @@ class LimitsPostgres(LimitsStore):
     def _lim_exec(self, c: Any, name: str, params: Mapping[str, Any]) -> Any:
         return c.execute(self.q[name], dict(params))  # type: ignore[attr-defined]
 
+    def _lim_exec_many(self, c: Any, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        with c.cursor() as cur:  # psycopg pipelines executemany: one round trip for the batch
+            cur.executemany(self.q[name], [dict(r) for r in rows])  # type: ignore[attr-defined]
+
     def _lim_list(self, values: Sequence[Any]) -> Any:
         return list(values)
 

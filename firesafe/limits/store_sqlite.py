@@ -25,6 +25,9 @@ class LimitsSQLite(LimitsStore):
     def _lim_exec(self, c: Any, name: str, params: Mapping[str, Any]) -> Any:
         return c.execute(queries.load("sqlite")[name], dict(params))
 
+    def _lim_exec_many(self, c: Any, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        c.executemany(queries.load("sqlite")[name], [dict(r) for r in rows])
+
     def _lim_list(self, values: Sequence[Any]) -> Any:
         return json.dumps(list(values))
 
