@@ -16,6 +16,9 @@ setup: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m demo
+	@echo
+	@echo "== and an agent run whose worker is SIGKILLed mid-run, then resumes from its last completed turn =="
+	$(BIN)/python -m examples.agent_run --dir demo-data/agent-run
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
