@@ -12,7 +12,6 @@ exits with status 1 (``tests/test_demo.py`` runs it).
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import threading
 import time
@@ -181,10 +180,10 @@ def store_url(db: Path) -> str:
 # -- the story -------------------------------------------------------------------------------
 def story(folder: Path) -> None:
     started = time.monotonic()
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     db = folder / "demo.db"
+    for old in (db, folder / "demo.db-wal", folder / "demo.db-shm"):  # a fresh store; nothing else is touched
+        old.unlink(missing_ok=True)
     url = store_url(db)
     world = World()
     app = App(url)
@@ -347,7 +346,7 @@ def story(folder: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m demo", description="firesafe's recovery story on a fresh SQLite file.")
-    p.add_argument("--dir", default="demo-data", help="folder for the demo's SQLite file, emptied first "
+    p.add_argument("--dir", default="demo-data", help="folder for the demo's SQLite file demo.db, made afresh "
                    "(default ./demo-data)")
     p.add_argument("--pace", type=float, default=None,
                    help="seconds between chapters (default 1.5 in a terminal, 0 otherwise)")

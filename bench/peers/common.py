@@ -434,7 +434,7 @@ def recovery(peer: Peer, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def say(peer: Peer, text: str) -> None:
-    print(f"  {peer.name:<22} {text}", file=sys.stderr, flush=True)
+    print(f"  {os.environ.get('PEERS_NAME', peer.name):<24} {text}", file=sys.stderr, flush=True)
 
 
 def main(peer_factory: Callable[[], Peer], argv: list[str] | None = None) -> int:

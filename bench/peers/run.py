@@ -187,8 +187,9 @@ def env_for(t: Target, work: Path, prefix: str) -> dict[str, str]:
     folder.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.update(t.env)
-    env.update({"PEERS_LOG": str(folder / "jobs.log"), "PEERS_DIR": str(folder), "PEERS_PREFIX": prefix,
-                "PEERS_REDIS_DB": str(t.redis_db), "PEERS_CONCURRENCY": "8", "PYTHONDONTWRITEBYTECODE": "1"})
+    env.update({"PEERS_NAME": t.name, "PEERS_LOG": str(folder / "jobs.log"), "PEERS_DIR": str(folder),
+                "PEERS_PREFIX": prefix, "PEERS_REDIS_DB": str(t.redis_db), "PEERS_CONCURRENCY": "8",
+                "PYTHONDONTWRITEBYTECODE": "1"})
     return env
 
 
@@ -441,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"  {t.name}: FAILED ({res['error']})")
                 cleanup(t, work, prefix)
             elif t.bare:
-                say(f"  {t.name:<22} enqueue {res['enqueue_one']:,.0f}/s, bulk {res['enqueue_bulk']:,.0f}/s, "
+                say(f"  {t.name:<24} enqueue {res['enqueue_one']:,.0f}/s, bulk {res['enqueue_bulk']:,.0f}/s, "
                     f"drain {res['drain_1']['rate']:,.0f}/s (1 process), {res['drain_2']['rate']:,.0f}/s (2)")
             bench[t.name] = res
         if not args.no_recovery:
@@ -459,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
                         cleanup(t, work, prefix)
                     else:
                         when = "not" if r["seconds"] is None else f"{r['seconds']:.1f} s"
-                        say(f"  {t.name:<22} lost {r['lost']}, run twice {r['twice']}, restarted {r['restarted']}, "
+                        say(f"  {t.name:<24} lost {r['lost']}, run twice {r['twice']}, restarted {r['restarted']}, "
                             f"all done {when} after the kill ({r['running_at_kill']} running, "
                             f"{r['done_at_kill']} done at the kill)")
     finally:

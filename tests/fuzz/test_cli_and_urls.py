@@ -182,7 +182,8 @@ def _sqlite_urls(folder: str) -> Any:
         names.map(lambda n: f"sqlite:///{folder}/{n}.db?mode=ro"),
         names.map(lambda n: f"sqlite://somehost/{n}"),
         st.sampled_from([f"sqlite:///{folder}/a%00b.db", "sqlite://", "sqlite:///", "sqlite:///:memory:",
-                         f"sqlite:///{folder}/no/such/dir/x.db", f"sqlite:///{folder}", "sqlite:", "SQLITE:///x"]),
+                         f"sqlite:///{folder}/no/such/dir/x.db", f"sqlite:///{folder}", "sqlite:",
+                         f"SQLITE:///{folder}/x"]),
     )
 
 
