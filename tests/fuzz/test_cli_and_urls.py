@@ -223,8 +223,9 @@ def local_only(url: str) -> bool:
 @settings(max_examples=80, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
-def test_store_urls_work_or_say_why(tmp_path: Path, data: st.DataObject) -> None:
+def test_store_urls_work_or_say_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: st.DataObject) -> None:
     need_postgres()
+    monkeypatch.chdir(tmp_path)  # a relative SQLite path lands in the test's folder, never in the checkout
     url = data.draw(st.one_of(_sqlite_urls(str(tmp_path)), PG_URLS, GARBAGE))
     assume(local_only(url))
     postgres = url.split(":", 1)[0].lower() in ("postgresql", "postgres")
@@ -256,8 +257,10 @@ PG_FAST = st.one_of(
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(url=st.one_of(PG_FAST, GARBAGE, st.text(max_size=10).map(lambda n: f"sqlite:///nowhere/{n}.db")),
        command=st.sampled_from([["jobs"], ["stats"], ["dlq", "ls"], ["show", "k:1"], ["migrate"]]))
-def test_cli_store_urls_end_in_one_line(tmp_path: Path, url: str, command: list[str]) -> None:
+def test_cli_store_urls_end_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str,
+                                        command: list[str]) -> None:
     need_postgres()
+    monkeypatch.chdir(tmp_path)
     assume(local_only(url))
     args = [*command, "--store", url]
     result = invoke(args)
