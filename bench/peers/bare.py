@@ -80,10 +80,14 @@ def sqlite_drain(out: Any) -> None:
     conn.close()
 
 
-def run_sqlite(n: int) -> dict[str, Any]:
+def remove_sqlite() -> None:
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(f"{SQLITE}{suffix}"):
             os.unlink(f"{SQLITE}{suffix}")
+
+
+def run_sqlite(n: int) -> dict[str, Any]:
+    remove_sqlite()
     conn = sqlite_conn()
     conn.executescript(Q["sqlite_create_table"])
     res: dict[str, Any] = {"versions": {"sqlite": sqlite3.sqlite_version}}
@@ -100,8 +104,7 @@ def run_sqlite(n: int) -> dict[str, Any]:
     res["enqueue_bulk"] = rate(n, time.perf_counter() - t)
     res["drain_2"] = {"rate": parallel(sqlite_drain, 2), "complete": True}
     conn.close()
-    for suffix in ("", "-wal", "-shm"):
-        os.unlink(f"{SQLITE}{suffix}") if os.path.exists(f"{SQLITE}{suffix}") else None
+    remove_sqlite()
     return res
 
 

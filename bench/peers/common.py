@@ -271,9 +271,9 @@ class Peer:
 
     # -- helpers ---------------------------------------------------------------------------------
     def spawn(self, concurrency: int, recovery: bool = False) -> subprocess.Popen[bytes]:
-        err = open(WORKDIR / f"{self.name}-worker-{time.monotonic_ns()}.err", "wb")  # noqa: SIM115
-        return subprocess.Popen(self.worker_argv(concurrency, recovery), cwd=HERE, stdout=err, stderr=err,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        with open(WORKDIR / f"{self.name}-worker-{time.monotonic_ns()}.err", "wb") as err:  # the child's output
+            return subprocess.Popen(self.worker_argv(concurrency, recovery), cwd=HERE, stdout=err, stderr=err,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
 
     def enqueue_all(self, items: list[Item], bulk: bool, chunk: int = 1000) -> None:
         if bulk and self.bulk_api:

@@ -1,6 +1,6 @@
 """Peers, side by side: the same workloads through firesafe and the libraries users pick instead.
 
-    make bench-peers                          # the full run (about 15 minutes), writes docs/benchmarks.md
+    make bench-peers                          # the full run (11-17 minutes here), writes docs/benchmarks.md
     python bench/peers/run.py --quick         # N = 1,000 and shorter phases (about 5 minutes), no docs
     python bench/peers/run.py --only firesafe-sqlite,huey-sqlite --quick
 
