@@ -97,14 +97,14 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
             try:
                 conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
                                        check_same_thread=False)
-                conn.row_factory = sqlite3.Row
-                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+                conn.row_factory = sqlite3.Row  # connect(timeout=) is SQLite's busy timeout
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if mode.lower() != "wal":
                     raise StoreError(f"{self.path}: cannot switch the journal to WAL (got {mode})")
-                if self.synchronous.upper() not in ("FULL", "NORMAL", "OFF", "EXTRA"):
+                pragma = _SYNCHRONOUS.get(self.synchronous.upper())
+                if pragma is None:
                     raise StoreError(f"unknown synchronous mode {self.synchronous!r}")
-                conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+                conn.execute(pragma)
                 conn.execute("PRAGMA foreign_keys = ON")
             except sqlite3.Error as exc:
                 raise _explain(exc, self.path) from exc
@@ -399,6 +399,10 @@ def _dicts(conn: sqlite3.Connection, sql: str, params: dict[str, Any]) -> list[d
         return []
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, r, strict=True)) for r in rows]
+
+
+#: PRAGMA takes no bound parameters: each allowed mode is a fixed statement.
+_SYNCHRONOUS = {mode: f"PRAGMA synchronous = {mode}" for mode in ("EXTRA", "FULL", "NORMAL", "OFF")}
 
 
 class _Batch:
