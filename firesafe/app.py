@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import inspect
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 from firesafe.clock import Clock, to_timestamp
 from firesafe.deadletters import DeadLetters
 from firesafe.errors import ConfigError, InvalidInput, JobNotFound
-from firesafe.idempotency.keys import canonical_json, check_key, check_name, fingerprint, new_key
+from firesafe.idempotency.keys import check_key, check_name, fingerprint, new_key, payload_json
 from firesafe.models import Job
 from firesafe.retries.backoff import Backoff
 from firesafe.retries.decide import DEFAULT_MAX_DEFERRALS
@@ -38,6 +40,22 @@ class Retention:
     succeeded: float = 7 * 86400
     cancelled: float = 7 * 86400
     dead: float = 30 * 86400
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Hold off the cyclic garbage collector for a moment (it is switched back on after, if it was).
+
+    Building a batch of jobs creates no cycles, but its many new containers trigger collections that
+    walk every live object, again and again: half the client's cost of a large ``enqueue_many``.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class JobDef:
@@ -102,7 +120,7 @@ class JobDef:
                 self.signature.bind(None, *args, **kwargs)
             except TypeError as exc:
                 raise InvalidInput(f"job {self.name!r} cannot take these arguments: {exc}") from None
-        payload = canonical_json({"args": args, "kwargs": kwargs}, limit=self.app.max_payload)
+        payload, plain = payload_json(args, kwargs, limit=self.app.max_payload)
         key = check_key(key) if key is not None else new_key(self.name)
         if delay is not None and run_at is not None:
             raise InvalidInput("give delay or run_at, not both")
@@ -121,7 +139,7 @@ class JobDef:
             key=key, name=self.name, queue=check_name(queue, "queue name") if queue else self.queue,
             fingerprint=fingerprint(self.name, payload), payload=payload,
             arg_names=self._arg_names_json, max_attempts=self.max_attempts, run_at=when,
-            delay=float(delay or 0.0),
+            delay=float(delay or 0.0), values=(args, kwargs) if plain else None,
         )
 
     def enqueue(self, *args: Any, key: str | None = None, delay: float | None = None,
@@ -145,6 +163,10 @@ class JobDef:
         Each item is a mapping with optional ``args``, ``kwargs``, ``key``, ``delay``/``run_at``
         and ``queue``.
         """
+        with _gc_paused():  # a large batch allocates several containers a job: no collection midway
+            return self._enqueue_many(items, conn)
+
+    def _enqueue_many(self, items: Iterable[Mapping[str, Any]], conn: Any) -> list[Job]:
         params = []
         for n, item in enumerate(items):
             if not isinstance(item, Mapping):

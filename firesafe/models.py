@@ -56,7 +56,7 @@ class Event:
         return {"at": self.at.isoformat(), "kind": self.kind, "actor": self.actor, "detail": self.detail}
 
 
-@dataclass
+@dataclass(slots=True)
 class Job:
     """A job as stored. ``created`` tells whether the enqueue that returned it created it."""
 

@@ -7,6 +7,7 @@ import json
 import math
 import re
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from firesafe.errors import InvalidInput
@@ -54,7 +55,22 @@ def new_key(name: str) -> str:
     return f"{name}:{uuid.uuid4().hex}"
 
 
-def _check_json(value: Any, path: str) -> None:
+#: Types whose values JSON carries as they are (floats are checked for finiteness by the encoder).
+_FLAT = frozenset({str, int, float, bool, type(None)})
+
+
+def _flat(value: Any) -> bool:
+    """True when ``value`` is a list of plain scalars or a str-keyed dict of them: the common payload,
+    which needs no walk (the encoder's ``allow_nan=False`` still refuses NaN and infinities)."""
+    kind = type(value)
+    if kind is list or kind is tuple:
+        return all(type(v) in _FLAT for v in value)
+    if kind is dict:
+        return all(type(k) is str and type(v) in _FLAT for k, v in value.items())
+    return kind in _FLAT
+
+
+def _walk(value: Any, path: str) -> None:
     if value is None or isinstance(value, (bool, int, str)):
         return
     if isinstance(value, float):
@@ -63,13 +79,13 @@ def _check_json(value: Any, path: str) -> None:
         return
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            _check_json(item, f"{path}[{i}]")
+            _walk(item, f"{path}[{i}]")
         return
     if isinstance(value, dict):
         for k, item in value.items():
             if not isinstance(k, str):
                 raise InvalidInput(f"argument {path} has a non-string key {k!r}; JSON keys are strings")
-            _check_json(item, f"{path}[{k!r}]")
+            _walk(item, f"{path}[{k!r}]")
         return
     raise InvalidInput(
         f"argument {path} is a {type(value).__name__}, which is not JSON-serialisable "
@@ -81,14 +97,41 @@ def _check_json(value: Any, path: str) -> None:
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def canonical_json(value: Any, what: str = "arguments", limit: int | None = MAX_PAYLOAD_BYTES) -> str:
-    """The one JSON text of ``value``: sorted keys, no spaces, UTF-8, size-capped.
-
-    >>> canonical_json({"b": 1, "a": [1.5, None]})
-    '{"a":[1.5,null],"b":1}'
+def _fast_encoder() -> Callable[[Any], str]:
+    """The C encoder behind ``_ENCODER``, made once (``JSONEncoder.encode`` makes one per call, which
+    is half the cost of encoding a small payload). Without circular-reference markers: plain values
+    cannot hold a cycle. Falls back to ``_ENCODER.encode`` where the C module is absent or differs.
     """
-    _check_json(value, what)
-    text = _ENCODER.encode(value)
+    make = getattr(json.encoder, "c_make_encoder", None)
+    try:
+        c_encode = make(None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",
+                        True, False, False)  # type: ignore[misc]
+        sample = {"b": [1.5, "é", None, True], "a": {}}
+        if "".join(c_encode(sample, 0)) != _ENCODER.encode(sample):
+            raise ValueError("a different encoding")
+    except (TypeError, ValueError):
+        return _ENCODER.encode
+    return lambda value: "".join(c_encode(value, 0))
+
+
+_encode_plain = _fast_encoder()
+
+
+def _plain(value: Any) -> bool:
+    """True for a str-keyed dict of :func:`_flat` values, e.g. ``{"args": [...], "kwargs": {...}}`` of
+    plain scalars: nothing to walk, and its JSON decodes back to an equal value."""
+    return type(value) is dict and all(type(k) is str and _flat(v) for k, v in value.items())
+
+
+def _encode(value: Any, what: str, limit: int | None) -> tuple[str, bool]:
+    plain = _plain(value)
+    if not plain:
+        _walk(value, what)
+    try:
+        text = _encode_plain(value) if plain else _ENCODER.encode(value)
+    except ValueError:  # NaN or an infinity among plain values: say where
+        _walk(value, what)
+        raise
     try:
         size = len(text.encode())
     except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 (and no store) can carry it
@@ -96,7 +139,26 @@ def canonical_json(value: Any, what: str = "arguments", limit: int | None = MAX_
                            "JSON text must be UTF-8") from None
     if limit is not None and size > limit:
         raise InvalidInput(f"{what} are {size} bytes of JSON; the cap is {limit} bytes")
-    return text
+    return text, plain
+
+
+def canonical_json(value: Any, what: str = "arguments", limit: int | None = MAX_PAYLOAD_BYTES) -> str:
+    """The one JSON text of ``value``: sorted keys, no spaces, UTF-8, size-capped.
+
+    >>> canonical_json({"b": 1, "a": [1.5, None]})
+    '{"a":[1.5,null],"b":1}'
+    """
+    return _encode(value, what, limit)[0]
+
+
+def payload_json(args: list[Any], kwargs: dict[str, Any], limit: int | None = MAX_PAYLOAD_BYTES) -> tuple[str, bool]:
+    """A job's payload, the canonical JSON of ``{"args": args, "kwargs": kwargs}``, and whether the
+    arguments are plain scalars (str, int, float, bool, None, exactly), which decode back equal.
+
+    >>> payload_json(["o-1", 100], {}), payload_json([[1, 2]], {})[1]
+    (('{"args":["o-1",100],"kwargs":{}}', True), False)
+    """
+    return _encode({"args": args, "kwargs": kwargs}, "arguments", limit)
 
 
 def fingerprint(name: str, payload_json: str) -> str:

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from firesafe.models import Job
 from firesafe.states import Outcome, State
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # read-only by convention: frozen would triple the cost of building one a job
 class InsertParams:
     key: str
     name: str
@@ -26,6 +26,9 @@ class InsertParams:
     max_attempts: int
     run_at: float | None = None
     delay: float = 0.0
+    #: ``(args, kwargs)`` as Python values when the payload is plain scalars (so they equal its
+    #: decoded JSON): a store may hand them back in the returned job instead of decoding ``payload``.
+    values: tuple[list[Any], dict[str, Any]] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import re
 import threading
@@ -39,7 +38,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 from psycopg.pq import TransactionStatus
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from firesafe.alerts.store_postgres import AlertsPostgres
@@ -134,26 +133,33 @@ def _text_array(values: Sequence[str | None]) -> str:
 
     >>> print(_text_array(['a', 'say "hi"', None, 'back\\slash', '{x, y}']))
     {"a","say \"hi\"",NULL,"back\\slash","{x, y}"}
+    >>> print(_text_array(['say "hi"', 'back\\slash']))
+    {"say \"hi\"","back\\slash"}
+    >>> print(_text_array(['plain', 'words']), _text_array([]))
+    {"plain","words"} {}
     """
-    return "{" + ",".join(
-        "NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "}"
+    if not values:
+        return "{}"
+    if None in values:
+        return "{" + ",".join("NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                              for v in values) + "}"
+    joined = '","'.join(values)  # type: ignore[arg-type]
+    if "\\" not in joined and joined.count('"') == 2 * (len(values) - 1):  # nothing to escape
+        return '{"' + joined + '"}'
+    escaped = [v.replace("\\", "\\\\").replace('"', '\\"') for v in values]  # type: ignore[union-attr]
+    return '{"' + '","'.join(escaped) + '"}'
 
 
 def _number_array(values: Sequence[float | int | None]) -> str:
     """A PostgreSQL array literal of numbers (finite), to cast to ``int[]``, ``bigint[]`` or ``float8[]``.
 
-    >>> _number_array([1, 2.5, None])
-    '{1,2.5,NULL}'
+    >>> _number_array([1, 2.5, None]), _number_array([3, 4])
+    ('{1,2.5,NULL}', '{3,4}')
     """
-    out = []
-    for v in values:
-        if v is None:
-            out.append("NULL")
-        elif isinstance(v, float) and not math.isfinite(v):
-            raise InvalidInput(f"times and delays must be finite numbers, not {v!r}")
-        else:
-            out.append(repr(v))
-    return "{" + ",".join(out) + "}"
+    text = ",".join(["NULL" if v is None else repr(v) for v in values])
+    if "n" in text.replace("NULL", ""):  # repr gives 'inf' and 'nan' for the numbers PostgreSQL must not get
+        raise InvalidInput("times and delays must be finite numbers")
+    return "{" + text + "}"
 
 
 class _NewJobs:
@@ -163,29 +169,41 @@ class _NewJobs:
     travel back (tests/postgres compare these jobs with the stored ones).
     """
 
+    _STATES: dict[str, State] = {s.value: s for s in State}
+
     def __init__(self, items: Sequence[InsertParams]) -> None:
         self.items = {i.key: i for i in items}
-        self._names: dict[str, list[str]] = {}
+        self._names: dict[str | None, list[str]] = {}
         self._times: dict[float, datetime] = {}
 
-    def _time(self, ts: float) -> datetime:
-        t = self._times.get(ts)
-        if t is None:
-            t = self._times[ts] = datetime.fromtimestamp(ts, UTC)
-        return t
-
-    def job(self, row: dict[str, Any]) -> Job:
-        item = self.items[row["key"]]
-        payload = json.loads(item.payload)
-        names = self._names.get(item.arg_names)
-        if names is None:
-            names = self._names[item.arg_names] = json.loads(item.arg_names) if item.arg_names else []
-        created = self._time(row["created_at"])
-        return Job(id=row["id"], key=item.key, name=item.name, queue=item.queue, state=State(row["state"]),
-                   args=payload.get("args", []), kwargs=payload.get("kwargs", {}), arg_names=list(names),
-                   attempt=0, max_attempts=item.max_attempts, runs=0, deferrals=0, lost=0,
-                   run_at=self._time(row["run_at"]), created_at=created, updated_at=created, finished_at=None,
-                   fingerprint=item.fingerprint, created=True)
+    def add(self, rows: Sequence[tuple[Any, ...]], into: dict[str, Job]) -> None:
+        """``rows`` as job_insert returns them: ``(id, key, state, run_at, created_at, ...)``."""
+        items, names_seen, times, states = self.items, self._names, self._times, self._STATES
+        chosen = [items[row[1]] for row in rows]
+        # Plain arguments come as the values the app encoded; the others are decoded, all in one
+        # json.loads of an array, far cheaper than one call a row.
+        odd = [item.payload for item in chosen if item.values is None]
+        decoded = iter(json.loads("[" + ",".join(odd) + "]") if odd else ())
+        for (job_id, key, state, run_at, created_at, *_), item in zip(rows, chosen, strict=True):
+            if item.values is not None:
+                args, kwargs = item.values
+            else:
+                payload = next(decoded)
+                args, kwargs = payload.get("args", []), payload.get("kwargs", {})
+            names = names_seen.get(item.arg_names)
+            if names is None:
+                names = names_seen[item.arg_names] = json.loads(item.arg_names) if item.arg_names else []
+            created = times.get(created_at)
+            if created is None:
+                created = times[created_at] = datetime.fromtimestamp(created_at, UTC)
+            when = times.get(run_at)
+            if when is None:
+                when = times[run_at] = datetime.fromtimestamp(run_at, UTC)
+            into[key] = Job(id=job_id, key=key, name=item.name, queue=item.queue, state=states[state],
+                            args=list(args), kwargs=dict(kwargs), arg_names=list(names), attempt=0,
+                            max_attempts=item.max_attempts, runs=0, deferrals=0, lost=0, run_at=when,
+                            created_at=created, updated_at=created, finished_at=None,
+                            fingerprint=item.fingerprint, created=True)
 
 
 # Fork safety: a child must never use, nor close, the connections it inherited (closing one sends
@@ -436,25 +454,26 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
                 assert row is not None
                 ids, now = row["ids"], row["now"]
                 order = sorted(range(len(unique)), key=lambda k: unique[k].key)
-                chunks = (self._insert_params([unique[k] for k in order[s:s + size]],
-                                              [ids[k] for k in order[s:s + size]], now)
-                          for s in range(0, len(order), size))  # built while the server inserts
-            new = _NewJobs(unique)
+
+                def in_chunks() -> Iterator[dict[str, Any]]:  # built while the server inserts
+                    for s in range(0, len(order), size):
+                        yield self._insert_params([unique[k] for k in order[s:s + size]],
+                                                  [ids[k] for k in order[s:s + size]], now)
+                chunks = in_chunks()
             if len(unique) <= size or not pipeline:
-                for params in chunks:
-                    for row in cur.execute(self.q["job_insert"], params, prepare=prepare):
-                        stored[row["key"]] = new.job(row)
-            else:
-                with c.pipeline():
-                    cursors = []
+                new = _NewJobs(unique)
+                with c.cursor(row_factory=tuple_row, binary=True) as tcur:  # tuples: the cheapest to decode
                     for params in chunks:
-                        pcur = c.cursor(row_factory=dict_row, binary=True)
-                        pcur.execute(self.q["job_insert"], params, prepare=prepare)
-                        cursors.append(pcur)
-                    for pcur in cursors:
-                        for row in pcur.fetchall():
-                            stored[row["key"]] = new.job(row)
-                        pcur.close()
+                        new.add(tcur.execute(self.q["job_insert"], params, prepare=prepare).fetchall(), stored)
+            else:
+                try:
+                    # Most large batches are all new keys: insert them without ON CONFLICT, under a
+                    # savepoint; if a key is taken, undo that and take the general path.
+                    with c.transaction():
+                        self._insert_pipelined(c, "job_insert_new", chunks, unique, stored, prepare)
+                except psycopg.errors.UniqueViolation:
+                    stored.clear()
+                    self._insert_pipelined(c, "job_insert", in_chunks(), unique, stored, prepare)
             if len(stored) < len(unique):
                 # Keys already taken: read them in a new statement, which also sees keys that a
                 # concurrent enqueue committed while the insert ran (it waited for them).
@@ -469,6 +488,23 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
                         "SERIALIZABLE isolation?); retry the transaction")
         check_existing(unique, stored)  # raises: the caller rolls this batch back
         return stored
+
+    def _insert_pipelined(self, c: psycopg.Connection[Any], query: str, chunks: Iterable[dict[str, Any]],
+                          unique: list[InsertParams], stored: dict[str, Job], prepare: bool | None) -> None:
+        """Send the chunks in one pipeline: while the server inserts chunk k, the client builds chunk
+        k+1 and turns the rows of chunk k-1 into jobs. (A pipeline's fetch waits for every statement
+        sent, so each chunk is fetched before the next one is sent.)"""
+        new = _NewJobs(unique)
+        with c.pipeline(), c.cursor(row_factory=tuple_row, binary=True) as pcur:
+            todo = iter(chunks)
+            params = next(todo, None)
+            done: list[tuple[Any, ...]] = []
+            while params is not None:
+                pcur.execute(self.q[query], params, prepare=prepare)
+                params = next(todo, None)
+                new.add(done, stored)
+                done = pcur.fetchall()
+            new.add(done, stored)
 
     def _insert_in_callers_transaction(self, conn: Any, unique: list[InsertParams]) -> dict[str, Job]:
         """Write inside the caller's open transaction: the jobs exist iff the caller commits."""

@@ -39,6 +39,7 @@ def test_the_jobs_a_bulk_enqueue_returns_equal_the_stored_ones(app: App) -> None
     items[3] = {"args": ["o-3"], "kwargs": {"note": "kw"}, "key": "k3", "queue": "vip"}
     items[5] = {"args": ["o-5"], "key": "k5", "delay": 30}
     items[8] = {"args": ["o-8"], "key": "k8", "run_at": later}
+    items[9] = {"args": [{"sku": ["a", 1.5]}, 2], "key": "k9"}  # nested: decoded, not the plain path
     items.append({"args": ["o-old"], "key": "old"})
     items.append(dict(items[0]))  # the same key twice in one batch: one job
     jobs = pay.enqueue_many(items)
@@ -53,7 +54,7 @@ def test_the_jobs_a_bulk_enqueue_returns_equal_the_stored_ones(app: App) -> None
     assert by_key["k3"].queue == "vip" and by_key["k3"].kwargs == {"note": "kw"}
     assert by_key["k5"].state == State.SCHEDULED and by_key["k8"].state == State.SCHEDULED
     assert by_key["k8"].run_at is not None and abs((by_key["k8"].run_at - later).total_seconds()) < 1e-3
-    assert by_key["k0"].state == State.QUEUED
+    assert by_key["k0"].state == State.QUEUED and by_key["k9"].args == [{"sku": ["a", 1.5]}, 2]
     assert store.job_count(JobFilter()) == n + 1
 
 
@@ -75,3 +76,34 @@ def test_a_conflict_anywhere_in_a_large_batch_stores_nothing_of_it(app: App) -> 
     with pytest.raises(IdempotencyConflict, match="k1500"):
         pay.enqueue_many(items)
     assert app.store.job_count(JobFilter()) == 1
+
+
+def test_new_keys_take_the_plain_insert_and_a_taken_key_the_general_one(app: App, monkeypatch) -> None:
+    pay = declare(app)
+    store = app.store
+    assert isinstance(store, PostgresStore)
+    sent: list[str] = []
+    real = store._insert_pipelined
+    monkeypatch.setattr(store, "_insert_pipelined", lambda c, query, *a: (sent.append(query), real(c, query, *a)))
+    n = store.INSERT_CHUNK + 1
+    assert all(j.created for j in pay.enqueue_many([{"args": [f"o-{i}"], "key": f"a{i}"} for i in range(n)]))
+    assert sent == ["job_insert_new"]
+    sent.clear()
+    again = pay.enqueue_many([{"args": [f"o-{i}"], "key": f"{p}{i}"} for i in range(n) for p in "ab"])
+    assert sent == ["job_insert_new", "job_insert"]  # a0 is taken: undone, then inserted again
+    assert [j.created for j in again[:2]] == [False, True] and again[0].id < again[1].id
+    assert store.job_count(JobFilter()) == 2 * n
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_awkward_text_survives_the_array_literals(app: App, batch: int) -> None:
+    pay = declare(app)
+    awkward = ['q"uote', "back\\slash", "{br,ace}", "NULL", "ünï cødé ✓", "new\nline", "tab\tand 'single'", " "]
+    printable = {"\n": "<nl>", "\t": "<tab>"}  # keys must be printable; arguments may hold anything
+    items = [{"args": [text, i], "kwargs": {"note": text[::-1]},
+              "key": "".join(printable.get(ch, ch) for ch in f"{text}:{i}")} for i, text in enumerate(awkward)]
+    for lo in range(0, len(items), batch):
+        pay.enqueue_many(items[lo:lo + batch])
+    for it in items:
+        job = app.get(it["key"])
+        assert job.args == it["args"] and job.kwargs == it["kwargs"]

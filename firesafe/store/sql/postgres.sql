@@ -109,6 +109,31 @@ woken AS (
     FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'queued') q)
 SELECT j.id, j.key, j.state, j.run_at, j.created_at, (SELECT count(*) FROM woken) AS woken FROM inserted j;
 
+-- name: job_insert_new
+-- job_insert for a batch of keys that are all expected to be new: a plain INSERT, which the server
+-- does about a fifth faster than one with ON CONFLICT (no speculative insertion). A key already taken
+-- fails the statement (unique_violation); the store then rolls back to a savepoint and inserts the
+-- batch again with job_insert. Same parameters and result as job_insert.
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
+inserted AS (
+    INSERT INTO {schema}.firesafe_jobs (id, key, name, queue, fingerprint, payload, arg_names, state,
+                                        max_attempts, run_at, created_at, updated_at)
+    SELECT coalesce(i.id, nextval('{schema}.firesafe_jobs_id_seq'::regclass)), i.key, i.name, i.queue,
+           i.fingerprint, i.payload, i.arg_names,
+           CASE WHEN coalesce(i.run_at, c.now + i.delay) > c.now THEN 'scheduled' ELSE 'queued' END,
+           i.max_attempts, coalesce(i.run_at, c.now + i.delay), c.now, c.now
+    FROM clock c CROSS JOIN
+         unnest(%(id)s::bigint[], %(key)s::text[], %(name)s::text[], %(queue)s::text[],
+                %(fingerprint)s::text[], %(payload)s::text[], %(arg_names)s::text[],
+                %(max_attempts)s::int[], %(run_at)s::float8[], %(delay)s::float8[])
+             AS i(id, key, name, queue, fingerprint, payload, arg_names, max_attempts, run_at, delay)
+    RETURNING id, key, queue, state, run_at, created_at),
+woken AS (
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'queued') q)
+SELECT j.id, j.key, j.state, j.run_at, j.created_at, (SELECT count(*) FROM woken) AS woken FROM inserted j;
+
 -- name: job_by_keys
 -- Jobs whose key is in a list.
 SELECT * FROM {schema}.firesafe_jobs WHERE key = ANY(%(keys)s::text[]);
