@@ -29,12 +29,12 @@ POINTS = ("after_claim", "in_step", "after_effect", "before_complete", "heartbea
 
 #: The store methods workers and jobs call that a ``store`` fault may hit.
 FAULTABLE = frozenset({
-    "job_claim", "job_finish_many", "job_heartbeat_many", "job_list_expired", "job_rescue_many",
-    "step_list", "step_record", "worker_beat",
+    "job_claim", "job_finish_many", "job_finish_and_claim", "job_heartbeat_many", "job_list_expired",
+    "job_rescue_many", "step_list", "step_record", "worker_beat",
 })
 #: Store methods that may move a job from one state to another.
 MOVES = frozenset({
-    "job_insert_many", "job_claim", "job_finish_many", "job_rescue_many", "job_replay_many",
+    "job_insert_many", "job_claim", "job_finish_many", "job_finish_and_claim", "job_rescue_many", "job_replay_many",
     "job_discard_many", "job_cancel", "job_rerun", "job_delete_finished",
 })
 
@@ -87,6 +87,8 @@ class FaultyStore:
 
 def _moved_any(out: Any) -> bool:
     """Whether a store call's answer says it may have moved a job (an empty list or all False: no)."""
-    if isinstance(out, (list, tuple)):
+    if isinstance(out, tuple):  # job_finish_and_claim: (applied, claimed)
+        return any(_moved_any(part) for part in out)
+    if isinstance(out, list):
         return any(out)
     return True

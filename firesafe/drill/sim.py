@@ -70,7 +70,8 @@ START = 1_800_000_000.0
 MAX_TURNS = 20_000
 #: The calls of :meth:`Worker.run`'s loop that a simulated turn makes, and those it leaves out (why).
 #: A test compares them with the loop's source, so a new duty in the loop cannot go unsimulated.
-LOOP_MIRRORED = frozenset({"_heartbeat", "_rescue", "_check_isolation", "_linger", "_flush", "_timeouts", "_claim"})
+LOOP_MIRRORED = frozenset({"_heartbeat", "_rescue", "_check_isolation", "_linger", "_flush", "_timeouts", "_claim",
+                           "_save_outbox"})
 LOOP_SKIPPED = {
     "_release_all": "shutdown: the simulation never stops a worker gracefully",
     "_idle": "burst mode: simulated workers run until the scenario settles",
@@ -403,11 +404,12 @@ class Simulation:
             if not worker._linger():
                 worker._flush()
             worker._timeouts()
-            claimed = worker._claim()
+            claimed = worker._claim()  # saves the outcomes _flush collected, with the claim
+            worker._save_outbox()  # those no claim took along
             if claimed:  # the attempts ran (inline); their outcomes are not saved yet
                 self._point("before_complete", ",".join(c.job.key for c in claimed))
                 if not worker._linger():
-                    worker._flush()
+                    worker._flush()  # collected: the next turn's claim saves them
             w.faults = 0
             after = worker.stats.succeeded + worker.stats.failed + worker.stats.dead + worker.stats.deferred
             return bool(claimed) or after != before

@@ -552,20 +552,43 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
                 job.events = [event_from_row(r) for r in c.execute(self.q["events_of_job"], {"job_id": job.id})]
         return job
 
+    def _claim_params(self, params: ClaimParams, token: str) -> dict[str, Any]:
+        return {"token": token, "now": self._now(), "lease": params.lease, "worker": params.worker,
+                "queues": _text_array(params.queues), "limit": params.limit, "suspects": params.suspects}
+
     def job_claim(self, params: ClaimParams) -> list[Claimed]:
         token = uuid.uuid4().hex
         with self._conn() as c:
-            rows = c.execute(self.q["job_claim"], {
-                "token": token, "now": self._now(), "lease": params.lease, "worker": params.worker,
-                "queues": _text_array(params.queues), "limit": params.limit,
-                "suspects": params.suspects}, binary=True).fetchall()
+            rows = c.execute(self.q["job_claim"], self._claim_params(params, token), binary=True).fetchall()
         return [Claimed(Job.from_row(r), token) for r in rows]
+
+    def job_finish_and_claim(self, finishes: Sequence[FinishParams],
+                             claim: ClaimParams) -> tuple[list[bool], list[Claimed]]:
+        if not finishes:
+            return [], self.job_claim(claim)
+        token = uuid.uuid4().hex
+        params = self._finish_params(finishes)
+        with self._conn() as c:
+            # One round trip: BEGIN, the outcomes, their alerts (see job_finish_many), the claim, COMMIT.
+            with c.pipeline(), c.transaction():
+                finished = c.execute(self.q["job_finish"], params)
+                self._outbox_dead(c, [i.job_id for i in finishes if i.state == State.DEAD], params["now"])
+                claimed = c.execute(self.q["job_claim"], self._claim_params(claim, token), binary=True)
+            applied = {r["id"] for r in finished.fetchall()}
+            rows = claimed.fetchall()
+        return [i.job_id in applied for i in finishes], [Claimed(Job.from_row(r), token) for r in rows]
 
     def job_finish_many(self, items: Sequence[FinishParams]) -> list[bool]:
         if not items:
             return []
         # Alerts: jobs going dead get their dead_letter event in the same transaction (invariant 4).
-        rows = self._write_with_outbox("job_finish", {
+        rows = self._write_with_outbox("job_finish", self._finish_params(items),
+                                       [i.job_id for i in items if i.state == State.DEAD])
+        applied = {r["id"] for r in rows}
+        return [i.job_id in applied for i in items]
+
+    def _finish_params(self, items: Sequence[FinishParams]) -> dict[str, Any]:
+        return {
             "job_id": _number_array([i.job_id for i in items]), "token": _text_array([i.token for i in items]),
             "seq": _number_array([i.seq for i in items]), "state": _text_array([i.state for i in items]),
             "outcome": _text_array([i.outcome for i in items]), "delay": _number_array([i.delay for i in items]),
@@ -575,10 +598,7 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
             "message": _text_array([i.message for i in items]),
             "traceback": _text_array([i.traceback for i in items]),
             "reason": _text_array([i.reason for i in items]), "detail": _text_array([i.detail for i in items]),
-            "now": self._now()},
-            [i.job_id for i in items if i.state == State.DEAD])
-        applied = {r["id"] for r in rows}
-        return [i.job_id in applied for i in items]
+            "now": self._now()}
 
     def job_heartbeat_many(self, items: Sequence[tuple[int, str]], lease: float) -> dict[int, bool]:
         if not items:

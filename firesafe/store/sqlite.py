@@ -247,25 +247,38 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
         return job
 
     def job_claim(self, params: ClaimParams) -> list[Claimed]:
-        token = uuid.uuid4().hex
         now = self.now()
         with self._tx() as c:
-            rows = _dicts(c, Q["job_claim"], {
-                "token": token, "now": now, "lease": params.lease, "worker": params.worker,
-                "queues": json.dumps(list(params.queues)), "limit": params.limit,
-                "suspects": int(params.suspects),
-            })
-            if rows:
-                c.executemany(Q["attempt_open"], [
-                    {"job_id": r["id"], "seq": r["runs"], "attempt": r["attempt"], "worker": params.worker,
-                     "now": now} for r in rows
-                ])
-        return [Claimed(Job.from_row(r), token) for r in rows]
+            return self._claim(c, params, now)
 
     def job_finish_many(self, items: Sequence[FinishParams]) -> list[bool]:
         now = self.now()
-        applied: list[bool] = []
         with self._tx() as c:
+            return self._finish(c, items, now)
+
+    def job_finish_and_claim(self, finishes: Sequence[FinishParams],
+                             claim: ClaimParams) -> tuple[list[bool], list[Claimed]]:
+        now = self.now()
+        with self._tx() as c:
+            return self._finish(c, finishes, now), self._claim(c, claim, now)
+
+    def _claim(self, c: sqlite3.Connection, params: ClaimParams, now: float) -> list[Claimed]:
+        token = uuid.uuid4().hex
+        rows = _dicts(c, Q["job_claim"], {
+            "token": token, "now": now, "lease": params.lease, "worker": params.worker,
+            "queues": json.dumps(list(params.queues)), "limit": params.limit,
+            "suspects": int(params.suspects),
+        })
+        if rows:
+            c.executemany(Q["attempt_open"], [
+                {"job_id": r["id"], "seq": r["runs"], "attempt": r["attempt"], "worker": params.worker,
+                 "now": now} for r in rows
+            ])
+        return [Claimed(Job.from_row(r), token) for r in rows]
+
+    def _finish(self, c: sqlite3.Connection, items: Sequence[FinishParams], now: float) -> list[bool]:
+        applied: list[bool] = []
+        if items:
             for it in items:
                 p = {"job_id": it.job_id, "token": it.token, "state": str(it.state), "delay": it.delay,
                      "given_back": it.given_back, "result": it.result, "error_type": it.error_type,

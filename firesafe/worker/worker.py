@@ -99,6 +99,9 @@ class Worker:
         self._suspects_due = False
         self._idle_probe_at = 0.0  # when an isolating worker with nothing running may look for suspects again
         self._unsaved: list[tuple[list[FinishParams], list[tuple[_Running, Any]] | None, bool]] = []
+        # Outcomes collected by _flush, saved by the next claim in the same transaction (one commit
+        # a batch, not two), or by _save_outbox when the loop claims nothing.
+        self._outbox: tuple[list[FinishParams], list[tuple[_Running, Any]]] | None = None
         self._linger_until: float | None = None  # outcomes wait until then for the rest of their batch
         # Limiters (firesafe/limits): None unless the app declares some; checks their config now.
         self._limits: Any = None
@@ -159,6 +162,7 @@ class Worker:
                         self._flush()
                     self._timeouts()
                     if self._stopping.is_set():
+                        self._save_outbox()
                         if stop_at is None:
                             stop_at = time.monotonic() + self.grace
                         if not self._running or time.monotonic() >= stop_at:
@@ -168,6 +172,7 @@ class Worker:
                         self._wake.clear()
                         continue
                     claimed = self._claim()
+                    self._save_outbox()
                     if faults:
                         log.info("store is reachable again; resuming")
                         faults = 0
@@ -242,12 +247,16 @@ class Worker:
         """Claim what fits in the free slots. A job that lost its worker before (a suspect of
         killing it) runs alone, in the one worker holding the isolation lease, so a poison job
         cannot take the jobs beside it down with it: they never share its process."""
-        if any(r.claimed.job.lost > 0 for r in self._running.values()):
+        # The attempts whose outcomes wait in the outbox free their slots with this claim.
+        leaving = {(r.claimed.job.id, r.claimed.job.runs) for r, _ in self._outbox[1]} if self._outbox else set()
+        staying = [r for k, r in self._running.items() if k not in leaving]
+        if any(r.claimed.job.lost > 0 for r in staying):
             return []
-        idle_probe = not self._running and time.monotonic() >= self._idle_probe_at
+        idle_probe = not staying and time.monotonic() >= self._idle_probe_at
         if self._isolating and (self._suspects_due or idle_probe):
-            if self._running:
+            if staying:
                 return []  # let the running attempts finish, then run the suspect alone
+            self._save_outbox()  # a suspect is claimed on its own
             claimed = self._take(1, suspects=True)
             if claimed:
                 return claimed
@@ -255,7 +264,7 @@ class Worker:
             # Looking for suspects that are not there scans the waiting jobs (no index has `lost`):
             # a worker draining a backlog is idle between every two batches, so look once per poll.
             self._idle_probe_at = time.monotonic() + self.poll_interval
-        free = self.concurrency - len(self._running)
+        free = self.concurrency - len(staying)
         if free <= 0:
             return []
         return self._take(min(free, self.batch), suspects=False)
@@ -267,7 +276,18 @@ class Worker:
             self._suspects_due = self.store.job_pending(self.queues).suspects > 0
 
     def _take(self, limit: int, suspects: bool) -> list[Claimed]:
-        claimed = self.store.job_claim(ClaimParams(self.queues, limit, self.id, self.lease, suspects=suspects))
+        params = ClaimParams(self.queues, limit, self.id, self.lease, suspects=suspects)
+        outbox, self._outbox = self._outbox, None
+        if outbox is None:
+            claimed = self.store.job_claim(params)
+        else:  # the outcomes of the last batch and the claim of the next: one transaction
+            finishes, meta = outbox
+            try:
+                applied, claimed = self.store.job_finish_and_claim(finishes, params)
+            except StoreError:
+                self._unsaved.append((finishes, meta, False))
+                raise
+            self._book(finishes, meta, applied)
         self.stats.claimed += len(claimed)
         # Jobs under limiters that may not start now are given back in the store (no attempt used).
         for c in self._limits.admit(claimed) if self._limits is not None else claimed:
@@ -319,6 +339,15 @@ class Worker:
         if finishes and self._limits is not None:  # Retry-After, breakers: may give attempts back
             finishes, meta = self._limits.settle(finishes, meta)  # type: ignore[assignment]
         if finishes:
+            if self._outbox is not None:  # a claim that failed left them: save them all together
+                finishes, meta = self._outbox[0] + finishes, self._outbox[1] + meta
+            self._outbox = (finishes, meta)  # type: ignore[assignment]
+
+    def _save_outbox(self) -> None:
+        """Save the outcomes :meth:`_flush` collected that no claim took along."""
+        if self._outbox is not None:
+            finishes, meta = self._outbox
+            self._outbox = None
             self._save(finishes, meta)
 
     def _timeouts(self) -> None:
@@ -443,6 +472,7 @@ class Worker:
     def _shutdown(self) -> None:
         try:
             self._flush()
+            self._save_outbox()
         except StoreError as exc:
             log.error("could not save final results (%s); the leases will expire and be rescued", exc)
         if self._pool:

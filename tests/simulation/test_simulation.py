@@ -97,14 +97,20 @@ def test_thousands_of_seeded_scenarios_keep_every_invariant() -> None:
 
 def test_a_seed_replays_exactly(tmp_path: Path) -> None:
     # Seeds whose scenarios stall, crash and hit the store: the hardest to keep deterministic
-    seeds = [s for s in range(40) if {"in_step", "store", "heartbeat"} <= set(Scenario.from_seed(s).faults)][:3]
-    assert seeds
+    seeds = [s for s in range(60) if {"in_step", "store", "heartbeat"} <= set(Scenario.from_seed(s).faults)]
+    replayed = 0
     for seed in seeds:
-        first, second = run_seed(seed, tmp_path), run_seed(seed, tmp_path)
+        first = run_seed(seed, tmp_path)
         assert first.ok, first.explain()
+        if len(first.events) <= 3:  # few of its faults fired: not much of a test of replay
+            continue
+        second = run_seed(seed, tmp_path)
         assert first.events == second.events
         assert first.fingerprint == second.fingerprint  # every stored job, trace and step the same
-        assert len(first.events) > 3
+        replayed += 1
+        if replayed == 3:
+            break
+    assert replayed == 3, f"only {replayed} of seeds {seeds} recorded more than 3 events"
 
 
 def test_without_provider_dedupe_the_window_after_an_effect_shows(tmp_path: Path) -> None:
