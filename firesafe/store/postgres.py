@@ -121,8 +121,13 @@ def _render(schema: str, channel: str) -> dict[str, str]:
     """The dialect's named queries with the schema and channel substituted as quoted identifiers."""
     ident = sql.Identifier(schema).as_string(None)
     chan = sql.Identifier(channel).as_string(None)
-    return {name: text.replace("{schema}", ident).replace("{channel}", chan)
-            for name, text in queries.load("postgres").items()}
+    q = {name: text.replace("{schema}", ident).replace("{channel}", chan)
+         for name, text in queries.load("postgres").items()}
+    # job_insert without its ON CONFLICT clause: for batches of new keys (see job_insert's comment).
+    on_conflict = "\n    ON CONFLICT (key) DO NOTHING\n"
+    assert q["job_insert"].count(on_conflict) == 1, "job_insert must keep its one ON CONFLICT line"
+    q["job_insert_new"] = q["job_insert"].replace(on_conflict, "\n")
+    return q
 
 
 def _text_array(values: Sequence[str | None]) -> str:
@@ -408,6 +413,8 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
     #: Rows per insert statement; larger batches are split, and pipelined when the store owns the
     #: connection, so the server inserts one chunk while the client prepares the next.
     INSERT_CHUNK = 1000
+    #: From this many keys, a batch is first inserted as if all its keys were new (job_insert_new).
+    FRESH_MIN = 64
 
     def job_insert_many(self, items: Sequence[InsertParams], conn: Any = None) -> list[Job]:
         unique = dedupe_batch(items)
@@ -460,7 +467,7 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
                         yield self._insert_params([unique[k] for k in order[s:s + size]],
                                                   [ids[k] for k in order[s:s + size]], now)
                 chunks = in_chunks()
-            if len(unique) <= size or not pipeline:
+            if len(unique) < self.FRESH_MIN or not pipeline:
                 new = _NewJobs(unique)
                 with c.cursor(row_factory=tuple_row, binary=True) as tcur:  # tuples: the cheapest to decode
                     for params in chunks:
@@ -468,7 +475,7 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
             else:
                 try:
                     # Most large batches are all new keys: insert them without ON CONFLICT, under a
-                    # savepoint; if a key is taken, undo that and take the general path.
+                    # savepoint, in a pipeline; if a key is taken, undo that and take the general path.
                     with c.transaction():
                         self._insert_pipelined(c, "job_insert_new", chunks, unique, stored, prepare)
                 except psycopg.errors.UniqueViolation:

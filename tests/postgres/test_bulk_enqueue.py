@@ -78,18 +78,19 @@ def test_a_conflict_anywhere_in_a_large_batch_stores_nothing_of_it(app: App) -> 
     assert app.store.job_count(JobFilter()) == 1
 
 
-def test_new_keys_take_the_plain_insert_and_a_taken_key_the_general_one(app: App, monkeypatch) -> None:
+@pytest.mark.parametrize("n", [PostgresStore.FRESH_MIN, PostgresStore.INSERT_CHUNK + 1])  # one chunk, two
+def test_new_keys_take_the_plain_insert_and_a_taken_key_the_general_one(app: App, monkeypatch, n: int) -> None:
     pay = declare(app)
     store = app.store
     assert isinstance(store, PostgresStore)
     sent: list[str] = []
     real = store._insert_pipelined
     monkeypatch.setattr(store, "_insert_pipelined", lambda c, query, *a: (sent.append(query), real(c, query, *a)))
-    n = store.INSERT_CHUNK + 1
     assert all(j.created for j in pay.enqueue_many([{"args": [f"o-{i}"], "key": f"a{i}"} for i in range(n)]))
     assert sent == ["job_insert_new"]
     sent.clear()
     again = pay.enqueue_many([{"args": [f"o-{i}"], "key": f"{p}{i}"} for i in range(n) for p in "ab"])
+    assert "ON CONFLICT" not in store.q["job_insert_new"] and "ON CONFLICT" in store.q["job_insert"]
     assert sent == ["job_insert_new", "job_insert"]  # a0 is taken: undone, then inserted again
     assert [j.created for j in again[:2]] == [False, True] and again[0].id < again[1].id
     assert store.job_count(JobFilter()) == 2 * n

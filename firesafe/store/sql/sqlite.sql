@@ -27,15 +27,6 @@ VALUES (:key, :name, :queue, :fingerprint, :payload, :arg_names,
         :max_attempts, coalesce(:run_at, :now + :delay), :now, :now)
 ON CONFLICT (key) DO NOTHING;
 
--- name: job_insert_new
--- Unused on SQLite (PostgreSQL inserts large batches of new keys without ON CONFLICT, falling back
--- to job_insert if one is taken); kept so both dialect files define the same names.
-INSERT INTO firesafe_jobs (key, name, queue, fingerprint, payload, arg_names, state, max_attempts,
-                           run_at, created_at, updated_at)
-VALUES (:key, :name, :queue, :fingerprint, :payload, :arg_names,
-        CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 'scheduled' ELSE 'queued' END,
-        :max_attempts, coalesce(:run_at, :now + :delay), :now, :now);
-
 -- name: job_by_keys
 -- Jobs whose key is in a JSON list.
 SELECT * FROM firesafe_jobs WHERE key IN (SELECT value FROM json_each(:keys));
