@@ -277,24 +277,22 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
         return [Claimed(Job.from_row(r), token) for r in rows]
 
     def _finish(self, c: sqlite3.Connection, items: Sequence[FinishParams], now: float) -> list[bool]:
-        if not items:
-            return []
-        if len({it.job_id for it in items}) < len(items):  # one job twice: the first applies, in order
-            return [self._finish(c, [it], now)[0] for it in items]
-        # One statement for the whole batch (the finishes as a JSON array): per-statement overhead is
-        # most of SQLite's cost for short rows. It returns the ids that held their lease.
-        done = {row[0] for row in c.execute(Q["job_finish"], {"now": now, "items": json.dumps([
-            {"job_id": it.job_id, "token": it.token, "state": str(it.state), "delay": it.delay,
-             "given_back": it.given_back, "result": it.result, "error_type": it.error_type,
-             "message": it.message, "reason": it.reason} for it in items])})}
-        applied = [it.job_id in done for it in items]
-        c.executemany(Q["attempt_close"], [
-            {"job_id": it.job_id, "seq": it.seq, "outcome": str(it.outcome), "error_type": it.error_type,
-             "message": it.message, "traceback": it.traceback, "detail": it.detail, "now": now}
-            for it, ok in zip(items, applied, strict=True) if ok])
-        # Alerts of jobs that went dead, in this same transaction (invariant 4: an outbox).
-        self._outbox_dead(c, [it.job_id for it, ok in zip(items, applied, strict=True)
-                              if ok and it.state == State.DEAD], now)
+        applied: list[bool] = []
+        if items:
+            for it in items:
+                p = {"job_id": it.job_id, "token": it.token, "state": str(it.state), "delay": it.delay,
+                     "given_back": it.given_back, "result": it.result, "error_type": it.error_type,
+                     "message": it.message, "reason": it.reason, "now": now}
+                ok = c.execute(Q["job_finish"], p).rowcount == 1
+                if ok:
+                    c.execute(Q["attempt_close"], {
+                        "job_id": it.job_id, "seq": it.seq, "outcome": str(it.outcome),
+                        "error_type": it.error_type, "message": it.message, "traceback": it.traceback,
+                        "detail": it.detail, "now": now})
+                applied.append(ok)
+            # Alerts of jobs that went dead, in this same transaction (invariant 4: an outbox).
+            self._outbox_dead(c, [it.job_id for it, ok in zip(items, applied, strict=True)
+                                  if ok and it.state == State.DEAD], now)
         return applied
 
     def job_heartbeat_many(self, items: Sequence[tuple[int, str]], lease: float) -> dict[int, bool]:

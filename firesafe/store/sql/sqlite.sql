@@ -57,26 +57,17 @@ RETURNING *;
 INSERT INTO firesafe_attempts (job_id, seq, attempt, worker, started_at) VALUES (:job_id, :seq, :attempt, :worker, :now);
 
 -- name: job_finish
--- End running attempts, given as a JSON array of objects (:items): each applies only if its job is
--- still running under its lease token (fencing). Returns the ids that applied. One statement for
--- the batch, as on PostgreSQL (the caller then closes their trace entries with attempt_close).
-UPDATE firesafe_jobs AS j
-SET state = f.state, lease_token = NULL, lease_expires = NULL,
-    run_at = CASE WHEN f.delay IS NULL THEN j.run_at ELSE :now + f.delay END,
-    attempt = j.attempt - f.given_back, deferrals = j.deferrals + f.given_back,
-    result = coalesce(f.result, j.result),
-    error_type = coalesce(f.error_type, j.error_type), error_message = coalesce(f.message, j.error_message),
-    reason = f.reason,
-    finished_at = CASE WHEN f.state IN ('succeeded', 'dead', 'cancelled') THEN :now ELSE NULL END,
+-- End a running attempt: only if the job is still running under this lease token (fencing).
+UPDATE firesafe_jobs
+SET state = :state, lease_token = NULL, lease_expires = NULL,
+    run_at = CASE WHEN :delay IS NULL THEN run_at ELSE :now + :delay END,
+    attempt = attempt - :given_back, deferrals = deferrals + :given_back,
+    result = coalesce(:result, result),
+    error_type = coalesce(:error_type, error_type), error_message = coalesce(:message, error_message),
+    reason = :reason,
+    finished_at = CASE WHEN :state IN ('succeeded', 'dead', 'cancelled') THEN :now ELSE NULL END,
     updated_at = :now
-FROM (SELECT json_extract(value, '$.job_id') AS job_id, json_extract(value, '$.token') AS token,
-             json_extract(value, '$.state') AS state, json_extract(value, '$.delay') AS delay,
-             json_extract(value, '$.given_back') AS given_back, json_extract(value, '$.result') AS result,
-             json_extract(value, '$.error_type') AS error_type, json_extract(value, '$.message') AS message,
-             json_extract(value, '$.reason') AS reason
-      FROM json_each(:items)) AS f
-WHERE j.id = f.job_id AND j.state = 'running' AND j.lease_token = f.token
-RETURNING id;
+WHERE id = :job_id AND state = 'running' AND lease_token = :token;
 
 -- name: attempt_close
 -- Close an attempt's trace entry with its outcome.
