@@ -272,3 +272,26 @@ def check_existing(items: Sequence[InsertParams], stored: dict[str, Job]) -> Non
         job = stored.get(item.key)
         if job is not None and not job.created and job.fingerprint != item.fingerprint:
             raise IdempotencyConflict(item.key, job.name, item.name)
+
+
+class MovesByQuery:
+    """``job_replay_many``, ``job_discard_many`` and ``job_cancel`` for a store whose ``_move_many``
+    runs a named move (guarded by the state it expects) over job ids, records one event per job it
+    moved, and returns those ids. Mixed in before :class:`Store`; the moves are the same queries
+    (by name) in every dialect."""
+
+    def _move_many(self, query: str, kind: str, ids: Sequence[int], actor: str) -> list[int]:
+        raise NotImplementedError
+
+    def job_replay_many(self, ids: Sequence[int], actor: str) -> list[int]:
+        return self._move_many("job_replay", "replayed", ids, actor)
+
+    def job_discard_many(self, ids: Sequence[int], actor: str) -> list[int]:
+        return self._move_many("job_discard", "discarded", ids, actor)
+
+    def job_cancel(self, job_id: int, actor: str) -> str:
+        if self._move_many("job_cancel_waiting", "cancelled", [job_id], actor):
+            return "cancelled"
+        if self._move_many("job_cancel_running", "cancel_requested", [job_id], actor):
+            return "requested"
+        return "finished"

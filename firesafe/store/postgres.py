@@ -43,7 +43,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from firesafe.alerts.store_postgres import AlertsPostgres
 from firesafe.clock import Clock
-from firesafe.dashboard.store_postgres import DashboardPostgres
+from firesafe.dashboard.store_queries import DashboardQueries
 from firesafe.errors import ConfigError, InvalidInput, StoreError
 from firesafe.inbox.store_postgres import InboxPostgres
 from firesafe.limits.store_postgres import LimitsPostgres
@@ -59,6 +59,7 @@ from firesafe.store.base import (
     FinishParams,
     InsertParams,
     JobFilter,
+    MovesByQuery,
     Pending,
     RescueParams,
     Store,
@@ -227,7 +228,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostgres, AlertsPostgres,
-                    DashboardPostgres, Store):
+                    DashboardQueries, MovesByQuery, Store):
     dialect = "postgres"
 
     def __init__(self, url: str, clock: Clock | None = None, *, pool_min: int = 1, pool_max: int = 8,
@@ -653,19 +654,6 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
                                    "channel": self.channel})
         moved = {r["id"] for r in rows}
         return [i for i in ids if i in moved]
-
-    def job_replay_many(self, ids: Sequence[int], actor: str) -> list[int]:
-        return self._move_many("job_replay", "replayed", ids, actor)
-
-    def job_discard_many(self, ids: Sequence[int], actor: str) -> list[int]:
-        return self._move_many("job_discard", "discarded", ids, actor)
-
-    def job_cancel(self, job_id: int, actor: str) -> str:
-        if self._move_many("job_cancel_waiting", "cancelled", [job_id], actor):
-            return "cancelled"
-        if self._move_many("job_cancel_running", "cancel_requested", [job_id], actor):
-            return "requested"
-        return "finished"
 
     def job_delete_finished(self, state: State, older_than: float, limit: int = 1000) -> int:
         with self._conn() as c:

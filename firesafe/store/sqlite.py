@@ -17,7 +17,7 @@ from typing import Any
 
 from firesafe.alerts.store_sqlite import AlertsSQLite
 from firesafe.clock import Clock, SystemClock
-from firesafe.dashboard.store_sqlite import DashboardSQLite
+from firesafe.dashboard.store_queries import DashboardQueries
 from firesafe.errors import StoreError
 from firesafe.inbox.store_sqlite import InboxSQLite
 from firesafe.limits.store_sqlite import LimitsSQLite
@@ -33,6 +33,7 @@ from firesafe.store.base import (
     FinishParams,
     InsertParams,
     JobFilter,
+    MovesByQuery,
     Pending,
     RescueParams,
     Store,
@@ -66,7 +67,8 @@ def _explain(exc: sqlite3.Error, path: str) -> StoreError:
     return err
 
 
-class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, AlertsSQLite, DashboardSQLite, Store):
+class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, AlertsSQLite, DashboardQueries,
+                  MovesByQuery, Store):
     dialect = "sqlite"
 
     def __init__(self, path: str, clock: Clock | None = None, *, busy_timeout: float = 30.0,
@@ -352,19 +354,6 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
                                                   "detail": None})
                     moved.append(job_id)
         return moved
-
-    def job_replay_many(self, ids: Sequence[int], actor: str) -> list[int]:
-        return self._move_many("job_replay", "replayed", ids, actor)
-
-    def job_discard_many(self, ids: Sequence[int], actor: str) -> list[int]:
-        return self._move_many("job_discard", "discarded", ids, actor)
-
-    def job_cancel(self, job_id: int, actor: str) -> str:
-        if self._move_many("job_cancel_waiting", "cancelled", [job_id], actor):
-            return "cancelled"
-        if self._move_many("job_cancel_running", "cancel_requested", [job_id], actor):
-            return "requested"
-        return "finished"
 
     def job_delete_finished(self, state: State, older_than: float, limit: int = 1000) -> int:
         with self._tx() as c:

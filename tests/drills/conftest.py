@@ -9,16 +9,11 @@ absorbed (the at-least-once attempts) are counted and printed, not hidden.
 from __future__ import annotations
 
 import os
-import signal
-import sqlite3
-import subprocess
-import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -26,63 +21,16 @@ from firesafe import App, Job, State
 from firesafe.rerun.steps import step_key
 from firesafe.store.base import JobFilter
 from tests.drills.procs import Provider, build_app
+from tests.processes import Proc, lock_free, logs, pause, running_on, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
+__all__ = ["SOAK", "Drill", "Proc", "wait_until"]
+
+MODULE = "tests.drills.procs"
 SOAK = os.environ.get("FIRESAFE_SOAK") == "1"
-T = TypeVar("T")
 
 #: The effects each job of the drill app applies, by job name (one idempotency key per step).
 EFFECTS = {"pay": ("pay",), "transfer": ("debit", "credit"), "long": ("long",), "broken": ("broken",),
            "poison": ()}
-
-
-def wait_until(pred: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
-    """Poll ``pred`` until it returns something true; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
-
-
-class Proc:
-    """One ``python -m tests.drills.procs`` subprocess; its output goes to files the test reads."""
-
-    def __init__(self, name: str, args: list[str], folder: Path) -> None:
-        self.name = name
-        self.err_path = folder / f"{name}.err"
-        self.out_path = folder / f"{name}.out"
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.popen = subprocess.Popen([sys.executable, "-m", "tests.drills.procs", *args], cwd=ROOT,
-                                          stdout=out, stderr=err, stdin=subprocess.DEVNULL)
-        self.pid = self.popen.pid
-
-    def stderr(self) -> str:
-        return self.err_path.read_text(errors="replace")
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def signal(self, sig: int) -> None:
-        if self.alive():
-            os.kill(self.pid, sig)
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"{self.name} (pid {self.pid}) still runs after {timeout:g}s:\n"
-                                 f"{self.stderr()[-3000:]}") from None
-
-    def kill(self) -> int:
-        """SIGKILL (after SIGCONT, in case it is stopped) and reap."""
-        if self.alive():
-            os.kill(self.pid, signal.SIGCONT)
-            os.kill(self.pid, signal.SIGKILL)
-        return self.popen.wait(30)
 
 
 @dataclass
@@ -116,13 +64,13 @@ class Drill:
 
     # -- processes -----------------------------------------------------------------------------
     def worker(self, name: str, *options: str) -> Proc:
-        proc = Proc(name, ["worker", self.store_url, "--dir", str(self.folder), *options], self.folder)
+        proc = Proc(MODULE, name, ["worker", self.store_url, "--dir", str(self.folder), *options], self.folder)
         self.started.append(proc)
         return proc
 
     def replayer(self, name: str, seed: int) -> Proc:
-        proc = Proc(name, ["replay", self.store_url, "--dir", str(self.folder), "--name", name, "--seed", str(seed)],
-                    self.folder)
+        proc = Proc(MODULE, name, ["replay", self.store_url, "--dir", str(self.folder), "--name", name,
+                                   "--seed", str(seed)], self.folder)
         self.started.append(proc)
         return proc
 
@@ -132,8 +80,7 @@ class Drill:
                 p.kill()
 
     def logs(self) -> str:
-        return "\n".join(f"----- {p.name} (pid {p.pid}, rc {p.popen.poll()}) -----\n{p.stderr()[-3000:]}"
-                         for p in self.started)
+        return logs(self.started)
 
     # -- the store -----------------------------------------------------------------------------
     def job(self, key: str) -> Job:
@@ -152,8 +99,7 @@ class Drill:
         return dict(counts)
 
     def running_on(self, pid: int) -> list[Job]:
-        return [j for j in self.app.store.job_list(JobFilter(state="running", limit=100_000))
-                if j.worker and f":{pid}:" in j.worker]
+        return running_on(self.app.store, pid)
 
     def all_jobs(self) -> list[Job]:
         out: list[Job] = []
@@ -166,37 +112,7 @@ class Drill:
     def pause(self, proc: Proc) -> None:
         """SIGSTOP ``proc`` at a moment it holds no store lock (a process stopped inside a write
         transaction stalls every writer of a SQLite file, which is not what a zombie drill is about)."""
-        for _ in range(200):
-            proc.signal(signal.SIGSTOP)
-            if self._lock_free(proc.pid):
-                return
-            proc.signal(signal.SIGCONT)
-            time.sleep(0.01)
-        raise AssertionError(f"{proc.name} always held a store lock when paused")
-
-    def _lock_free(self, pid: int) -> bool:
-        store: Any = self.app.store
-        if store.dialect == "sqlite":
-            conn = sqlite3.connect(store.path, timeout=0.2, isolation_level=None)
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                conn.execute("ROLLBACK")
-                return True
-            except sqlite3.OperationalError:
-                return False
-            finally:
-                conn.close()
-        import psycopg
-        from psycopg import sql
-
-        ids = [j.id for j in self.running_on(pid)]
-        with psycopg.connect(store.conninfo) as conn:
-            try:
-                conn.execute(sql.SQL("SELECT 1 FROM {}.firesafe_jobs WHERE id = ANY(%s) FOR UPDATE NOWAIT")
-                             .format(sql.Identifier(store.schema)), [ids])
-                return True
-            except psycopg.errors.LockNotAvailable:
-                return False
+        pause(proc, lambda: lock_free(self.app.store, [j.id for j in self.running_on(proc.pid)]))
 
     # -- the pass criteria ---------------------------------------------------------------------
     def dead_letter_alerts(self) -> Counter[int]:

@@ -13,7 +13,6 @@ stay up, back off, and finish everything afterwards.
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import subprocess
@@ -27,6 +26,7 @@ import psycopg
 import pytest
 
 from tests.conftest import PG_URL, drop_schema, need_postgres
+from tests.disk_faults import chattr, fill, small_tmpfs
 from tests.drills.conftest import Drill, Proc, wait_until
 
 JOBS = [f"io:{i}" for i in range(200)]
@@ -79,24 +79,8 @@ def finish(drill: Drill, workers: list[Proc], name: str, lines: list[str]) -> No
 # -- SQLite: read-only, then a full disk ------------------------------------------------------------
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)],
-                              capture_output=True, text=True)
-    except FileNotFoundError:
-        pytest.skip("no mount command: cannot make a small disk to fill")
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()})")
-    try:
+    with small_tmpfs(tmp_path / "disk") as disk:
         yield disk
-    finally:
-        if subprocess.run(["umount", str(disk)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(disk)], capture_output=True)
-
-
-def chattr(flag: str, *paths: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["chattr", flag, *map(str, paths)], capture_output=True, text=True)
 
 
 @pytest.fixture
@@ -122,25 +106,6 @@ def immutable_dir(tmp_path: Path) -> Path:
     if done.returncode != 0 or not enforced:
         pytest.skip(f"this filesystem does not refuse writes to open immutable files ({done.stderr.strip()})")
     return folder
-
-
-def fill(folder: Path) -> Path:
-    """Write a file until the disk is full; returns it."""
-    filler = folder / "filler"
-    chunk = b"\0" * 65536
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        while True:
-            try:
-                os.write(fd, chunk)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-                if len(chunk) == 1:
-                    return filler
-                chunk = chunk[: len(chunk) // 2]
-    finally:
-        os.close(fd)
 
 
 def sqlite_outage(make_drill: Callable[..., Drill], folder: Path, disk: Path) -> None:

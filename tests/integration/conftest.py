@@ -7,76 +7,21 @@ view: the app (to enqueue and inspect) and the external effects.
 
 from __future__ import annotations
 
-import os
-import signal
-import sqlite3
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from firesafe import App, Job
 from firesafe.store.base import JobFilter
 from tests.integration.procs import Effects, build_app
+from tests.processes import Proc, lock_free, logs, pause, running_on, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
+__all__ = ["Proc", "World", "wait_until"]
 
-
-def wait_until(pred: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
-    """Poll ``pred`` until it returns something true; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
-
-
-class Proc:
-    """One subprocess started by a test."""
-
-    def __init__(self, name: str, args: list[str], folder: Path) -> None:
-        self.name = name
-        self.out_path = folder / f"{name}.out"
-        self.err_path = folder / f"{name}.err"
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.popen = subprocess.Popen([sys.executable, "-m", "tests.integration.procs", *args], cwd=ROOT,
-                                          stdout=out, stderr=err, stdin=subprocess.DEVNULL)
-        self.pid = self.popen.pid
-
-    def stderr(self) -> str:
-        return self.err_path.read_text(errors="replace")
-
-    def stdout(self) -> str:
-        return self.out_path.read_text(errors="replace")
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def signal(self, sig: int) -> None:
-        self.popen.send_signal(sig)
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"{self.name} (pid {self.pid}) still runs after {timeout:g}s:\n"
-                                 f"{self.stderr()[-3000:]}") from None
-
-    def kill(self) -> int:
-        """SIGKILL (after SIGCONT, in case it is stopped) and reap."""
-        if self.alive():
-            os.kill(self.pid, signal.SIGCONT)
-            os.kill(self.pid, signal.SIGKILL)
-        return self.popen.wait(30)
+MODULE = "tests.integration.procs"
 
 
 class Procs:
@@ -86,18 +31,17 @@ class Procs:
         self.started: list[Proc] = []
 
     def worker(self, name: str, *options: str) -> Proc:
-        proc = Proc(name, ["worker", self.store_url, "--dir", str(self.folder), *options], self.folder)
+        proc = Proc(MODULE, name, ["worker", self.store_url, "--dir", str(self.folder), *options], self.folder)
         self.started.append(proc)
         return proc
 
     def enqueuer(self, name: str, *options: str) -> Proc:
-        proc = Proc(name, ["enqueue", self.store_url, "--dir", str(self.folder), *options], self.folder)
+        proc = Proc(MODULE, name, ["enqueue", self.store_url, "--dir", str(self.folder), *options], self.folder)
         self.started.append(proc)
         return proc
 
     def logs(self) -> str:
-        return "\n".join(f"----- {p.name} (pid {p.pid}, rc {p.popen.poll()}) -----\n{p.stderr()[-4000:]}"
-                         for p in self.started)
+        return logs(self.started, tail=4000)
 
 
 @dataclass
@@ -127,46 +71,13 @@ class World:
                 p.kill()
 
     def pause(self, proc: Proc, key: str) -> None:
-        """SIGSTOP ``proc`` at a moment it holds no store lock that a rescuer of ``key`` would wait on.
-
-        A process stopped inside a write transaction stalls every writer of a SQLite file (and the
-        rows it locked on PostgreSQL) until it resumes: real, but not what a zombie test is about.
-        """
-        for _ in range(100):
-            proc.signal(signal.SIGSTOP)
-            if self._lock_free(key):
-                return
-            proc.signal(signal.SIGCONT)
-            time.sleep(0.01)
-        raise AssertionError(f"{proc.name} always held a store lock when paused")
-
-    def _lock_free(self, key: str) -> bool:
-        store: Any = self.app.store
-        if store.dialect == "sqlite":
-            conn = sqlite3.connect(store.path, timeout=0.2, isolation_level=None)
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                conn.execute("ROLLBACK")
-                return True
-            except sqlite3.OperationalError:
-                return False
-            finally:
-                conn.close()
-        import psycopg
-        from psycopg import sql
-
-        with psycopg.connect(store.conninfo) as conn:
-            try:
-                conn.execute(sql.SQL("SELECT 1 FROM {}.firesafe_jobs WHERE key = %s FOR UPDATE NOWAIT")
-                             .format(sql.Identifier(store.schema)), [key])
-                return True
-            except psycopg.errors.LockNotAvailable:
-                return False
+        """SIGSTOP ``proc`` at a moment it holds no store lock that a rescuer of ``key`` would wait on."""
+        job_id = self.app.get(key).id
+        pause(proc, lambda: lock_free(self.app.store, [job_id]), tries=100)
 
     def running_on(self, pid: int) -> list[Job]:
         """Jobs running under a worker of process ``pid``."""
-        return [j for j in self.app.store.job_list(JobFilter(state="running", limit=10_000))
-                if j.worker and f":{pid}:" in j.worker]
+        return running_on(self.app.store, pid)
 
 
 @pytest.hookimpl(hookwrapper=True)

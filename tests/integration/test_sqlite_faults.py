@@ -10,15 +10,13 @@ skipped, with its reason, where the machine does not allow that.
 
 from __future__ import annotations
 
-import errno
-import os
 import signal
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.disk_faults import chattr, fill, small_tmpfs
 from tests.integration.conftest import World, wait_until
 
 JOBS = [f"io:{i}" for i in range(40)]
@@ -40,10 +38,6 @@ def finish_and_check(world: World, worker, fault_seen_at: int) -> None:
     log = worker.stderr()
     assert "Traceback" not in log
     assert "store is reachable again; resuming" in log[fault_seen_at:]
-
-
-def chattr(flag: str, *paths: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["chattr", flag, *map(str, paths)], capture_output=True, text=True)
 
 
 @pytest.fixture
@@ -88,40 +82,8 @@ def test_store_file_turned_read_only_mid_run_is_reported_and_survived(
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)],
-                              capture_output=True, text=True)
-    except FileNotFoundError:
-        pytest.skip("no mount command: cannot make a small disk to fill")
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()}): the disk-full case needs one")
-    try:
+    with small_tmpfs(tmp_path / "disk") as disk:
         yield disk
-    finally:
-        if subprocess.run(["umount", str(disk)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(disk)], capture_output=True)
-
-
-def fill(folder: Path) -> Path:
-    """Write a file until the disk is full; returns it."""
-    filler = folder / "filler"
-    chunk = b"\0" * 65536
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        while True:
-            try:
-                os.write(fd, chunk)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-                if len(chunk) == 1:
-                    break
-                chunk = chunk[: len(chunk) // 2]
-    finally:
-        os.close(fd)
-    return filler
 
 
 def test_store_disk_full_mid_run_is_reported_and_survived(

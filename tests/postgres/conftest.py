@@ -7,36 +7,21 @@ are killed by pid at teardown if they still run.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 import pytest
 
 from tests.conftest import PG_URL, drop_schema, need_postgres
+from tests.processes import Proc, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
+__all__ = ["Pg", "Proc", "wait_until"]
 
-
-def wait_until(pred: Callable[[], T], timeout: float, what: str, interval: float = 0.02) -> T:
-    """Poll ``pred`` until it returns something true; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
 
 
 @dataclass
@@ -83,47 +68,12 @@ def pg() -> Iterator[Pg]:
         drop_schema(schema)
 
 
-class Proc:
-    """One ``python -m tests.postgres.procs`` subprocess; output goes to files the test can read."""
-
-    def __init__(self, name: str, args: list[str], folder: Path, stdin: bool = False) -> None:
-        self.name = name
-        self.out_path = folder / f"{name}.out"
-        self.err_path = folder / f"{name}.err"
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.popen = subprocess.Popen([sys.executable, "-m", "tests.postgres.procs", *args], cwd=ROOT,
-                                          stdout=out, stderr=err,
-                                          stdin=subprocess.PIPE if stdin else subprocess.DEVNULL)
-
-    def stdout(self) -> str:
-        return self.out_path.read_text(errors="replace")
-
-    def stderr(self) -> str:
-        return self.err_path.read_text(errors="replace")
-
-    def send(self, line: str) -> None:
-        assert self.popen.stdin is not None
-        self.popen.stdin.write(line.encode())
-        self.popen.stdin.flush()
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"{self.name} still runs after {timeout:g}s; stderr:\n{self.stderr()[-3000:]}"
-                                 ) from None
-
-    def signal(self, sig: int) -> None:
-        if self.popen.poll() is None:
-            os.kill(self.popen.pid, sig)
-
-
 @pytest.fixture
 def procs(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
     started: list[Proc] = []
 
     def start(name: str, *args: str, stdin: bool = False) -> Proc:
-        p = Proc(name, list(args), tmp_path, stdin=stdin)
+        p = Proc("tests.postgres.procs", name, list(args), tmp_path, stdin=stdin)
         started.append(p)
         return p
 
