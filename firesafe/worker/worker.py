@@ -339,7 +339,7 @@ class Worker:
         if finishes and self._limits is not None:  # Retry-After, breakers: may give attempts back
             finishes, meta = self._limits.settle(finishes, meta)  # type: ignore[assignment]
         if finishes:
-            if self._outbox is not None:  # a claim that failed left them: save them all together
+            if self._outbox is not None:  # a store fault before the last claim left some: save all together
                 finishes, meta = self._outbox[0] + finishes, self._outbox[1] + meta
             self._outbox = (finishes, meta)  # type: ignore[assignment]
 
