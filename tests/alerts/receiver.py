@@ -69,13 +69,15 @@ class Receiver:
                     return
                 valid = verify(receiver.secret, self.headers.get("X-Firesafe-Timestamp", "0"), body,
                                self.headers.get("X-Firesafe-Signature", ""))
+                # Recorded before the answer goes out, so a sender that has its answer always finds
+                # its request in ``got`` (recording after the answer raced with the caller's check).
+                with receiver.arrived:
+                    receiver.got.append(Received(self.path, dict(self.headers), body, valid))
+                    receiver.arrived.notify_all()
                 self.send_response(receiver.status)
                 self.send_header("Content-Length", "2")
                 self.end_headers()
                 self.wfile.write(b"ok")
-                with receiver.arrived:
-                    receiver.got.append(Received(self.path, dict(self.headers), body, valid))
-                    receiver.arrived.notify_all()
 
             def log_message(self, *args: Any) -> None:
                 pass
