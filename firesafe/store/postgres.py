@@ -248,6 +248,7 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
         if "connect_timeout" not in given:
             self._connect_kwargs["connect_timeout"] = max(1, round(timeout))
         self.q = _render(self.schema, self.channel)
+        self._claim_texts: dict[tuple[int, bool], str] = {}
         self._pool: ConnectionPool | None = None
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -562,12 +563,26 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
 
     def _claim_params(self, params: ClaimParams, token: str) -> dict[str, Any]:
         return {"token": token, "now": self._now(), "lease": params.lease, "worker": params.worker,
-                "queues": _text_array(params.queues), "limit": params.limit, "suspects": params.suspects}
+                "queues": _text_array(params.queues)}
+
+    def _claim_sql(self, params: ClaimParams) -> str:
+        """job_claim with its row limit and its test of ``lost`` written in (see the query's comment):
+        one text, so one prepared statement, per limit and kind of claim."""
+        limit, suspects = params.limit, bool(params.suspects)
+        text = self._claim_texts.get((limit, suspects))
+        if text is None:
+            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+                raise ValueError(f"a claim's limit must be a whole number >= 0, not {limit!r}")
+            text = self.q["job_claim"].replace("{limit}", str(limit))
+            text = self._claim_texts[(limit, suspects)] = text.replace("{lost}", "j.lost > 0" if suspects
+                                                                       else "j.lost = 0")
+        return text
 
     def job_claim(self, params: ClaimParams) -> list[Claimed]:
         token = uuid.uuid4().hex
         with self._conn() as c:
-            rows = c.execute(self.q["job_claim"], self._claim_params(params, token), binary=True).fetchall()
+            rows = c.execute(self._claim_sql(params), self._claim_params(params, token),
+                             binary=True).fetchall()
         return [Claimed(Job.from_row(r), token) for r in rows]
 
     def job_finish_and_claim(self, finishes: Sequence[FinishParams],
@@ -577,11 +592,13 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
         token = uuid.uuid4().hex
         params = self._finish_params(finishes)
         with self._conn() as c:
-            # One round trip: BEGIN, the outcomes, their alerts (see job_finish_many), the claim, COMMIT.
+            # One round trip: BEGIN, generic plans (see plan_generic), the outcomes, their alerts (see
+            # job_finish_many), the claim, COMMIT.
             with c.pipeline(), c.transaction():
+                c.execute(self.q["plan_generic"])
                 finished = c.execute(self.q["job_finish"], params)
                 self._outbox_dead(c, [i.job_id for i in finishes if i.state == State.DEAD], params["now"])
-                claimed = c.execute(self.q["job_claim"], self._claim_params(claim, token), binary=True)
+                claimed = c.execute(self._claim_sql(claim), self._claim_params(claim, token), binary=True)
             applied = {r["id"] for r in finished.fetchall()}
             rows = claimed.fetchall()
         return [i.job_id in applied for i in finishes], [Claimed(Job.from_row(r), token) for r in rows]

@@ -42,6 +42,10 @@ from firesafe.store.base import (
 )
 
 Q = queries.load("sqlite")
+#: job_claim for jobs never lost (False) and for suspects (True): see the query's comment.
+_CLAIM = {suspects: Q["job_claim"].replace("{index}", index).replace("{lost}", lost)
+          for suspects, index, lost in ((False, "firesafe_jobs_runnable", "lost = 0"),
+                                        (True, "firesafe_jobs_suspects", "lost > 0"))}
 
 
 def _explain(exc: sqlite3.Error, path: str) -> StoreError:
@@ -266,10 +270,9 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
 
     def _claim(self, c: sqlite3.Connection, params: ClaimParams, now: float) -> list[Claimed]:
         token = uuid.uuid4().hex
-        rows = _dicts(c, Q["job_claim"], {
+        rows = _dicts(c, _CLAIM[bool(params.suspects)], {
             "token": token, "now": now, "lease": params.lease, "worker": params.worker,
             "queues": json.dumps(list(params.queues)), "limit": params.limit,
-            "suspects": int(params.suspects),
         })
         if rows:
             c.executemany(Q["attempt_open"], [

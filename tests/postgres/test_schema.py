@@ -19,6 +19,7 @@ import pytest
 from firesafe import App
 from firesafe.errors import ConfigError, StoreError
 from firesafe.store import open_store, queries
+from firesafe.store.base import ClaimParams
 from firesafe.store.postgres import PostgresStore
 from tests.postgres.conftest import Pg
 
@@ -36,8 +37,11 @@ def migrated(pg: Pg) -> PostgresStore:
 def test_every_named_query_plans_against_the_migrated_schema(pg: Pg) -> None:
     store = migrated(pg)
     try:
+        texts = dict(store.q)  # job_claim is a template: plan both kinds the store writes from it
+        texts["job_claim"] = store._claim_sql(ClaimParams(("default",), 8, "w", 30.0))
+        texts["job_claim (suspects)"] = store._claim_sql(ClaimParams(("default",), 1, "w", 30.0, suspects=True))
         with psycopg.connect(pg.url.split("?")[0]) as conn:
-            for name, text in store.q.items():
+            for name, text in texts.items():
                 numbered, names = text, []
 
                 def number(m: re.Match[str], names: list[str] = names) -> str:
@@ -212,5 +216,33 @@ def test_an_unreachable_server_is_a_clear_store_error() -> None:
     try:
         with pytest.raises(StoreError, match=r"127\.0\.0\.1:1/test .*unreachable"):
             store.migrate()
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(("kind", "index"), [("claim", "firesafe_jobs_runnable"),
+                                             ("claim suspects", "firesafe_jobs_suspects"),
+                                             ("pending", "firesafe_jobs_suspects"),
+                                             ("dead groups", "firesafe_jobs_finished")])
+def test_partial_indexes_are_usable_by_their_queries(pg: Pg, kind: str, index: str) -> None:
+    """Each query names the condition of its partial index, so the planner may use it (with sequential
+    scans off, an unusable index would leave a sequential scan in the plan), also under the generic
+    plan a worker's finish-and-claim uses."""
+    store = migrated(pg)
+    try:
+        text = {"claim": store._claim_sql(ClaimParams(("default",), 8, "w", 30.0)),
+                "claim suspects": store._claim_sql(ClaimParams(("default",), 1, "w", 30.0, suspects=True)),
+                "pending": store.q["job_pending"], "dead groups": store.q["dash_dead_groups"]}[kind]
+        names: list[str] = []
+        numbered = re.sub(r"%\((\w+)\)[sb]", lambda m: f"${names.index(m.group(1)) + 1}" if m.group(1) in names
+                          else (names.append(m.group(1)) or f"${len(names)}"), text)
+        with psycopg.connect(pg.url.split("?")[0], autocommit=True) as conn, conn.transaction():
+            conn.execute("SET LOCAL enable_seqscan = off")
+            conn.execute(store.q["plan_generic"])
+            conn.execute(f"PREPARE q AS {numbered}")
+            plan = "\n".join(r[0] for r in conn.execute(
+                f"EXPLAIN EXECUTE q({', '.join(['NULL'] * len(names))})"))
+        assert index in plan, plan
+        assert "Seq Scan on firesafe_jobs" not in plan, plan
     finally:
         store.close()

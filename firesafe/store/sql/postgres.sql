@@ -126,7 +126,11 @@ SELECT * FROM {schema}.firesafe_jobs WHERE key = %(key)s;
 -- waiting on each other (SQLite has one writer at a time), and the attempts are opened in the same
 -- statement (attempt_open's work), so a claim is one atomic round trip. One index scan per queue
 -- (LATERAL) reads the runnable index in (run_at, id) order and stops after :limit rows; "queue =
--- ANY(...)" instead would sort every runnable row of the queues on every claim.
+-- ANY(...)" instead would sort every runnable row of the queues on every claim. {limit} is written
+-- into the text as a number (one prepared statement per batch size): a plan made once for every
+-- execution (finish-and-claim runs it under a generic plan, see the store) then knows it fetches
+-- a few rows, so it keeps the ordered index scan whatever the backlog. {lost} is "j.lost = 0" for a
+-- claim of jobs never lost, "j.lost > 0" for suspects (their own partial index, nearly empty).
 WITH clock AS MATERIALIZED (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
 picked AS (
@@ -134,12 +138,12 @@ picked AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at FROM {schema}.firesafe_jobs j
         WHERE j.queue = q.queue AND j.state IN ('queued', 'scheduled') AND j.run_at <= (SELECT now FROM clock)
-          AND (j.lost > 0) = %(suspects)s::boolean
+          AND {lost}
         ORDER BY j.run_at, j.id
-        LIMIT %(limit)s
+        LIMIT {limit}
         FOR UPDATE OF j SKIP LOCKED) p
     ORDER BY p.run_at, p.id
-    LIMIT %(limit)s),
+    LIMIT {limit}),
 claimed AS (
     UPDATE {schema}.firesafe_jobs j
     SET state = 'running', lease_token = %(token)s, lease_expires = c.now + %(lease)s::float8,
@@ -151,6 +155,14 @@ opened AS (
     INSERT INTO {schema}.firesafe_attempts (job_id, seq, attempt, worker, started_at)
     SELECT id, runs, attempt, worker, updated_at FROM claimed)
 SELECT * FROM claimed ORDER BY run_at, id;
+
+-- name: plan_generic
+-- PostgreSQL only: for the rest of this transaction, run prepared statements under their generic
+-- plan instead of planning each execution anew (custom plans). A worker's finish-and-claim sets it:
+-- planning the claim and the finish again at every batch was about a third of the transaction's
+-- time at concurrency 8. Safe for these two statements: the finish reads jobs by primary key, and
+-- the claim's row limit is a number in its text (see job_claim).
+SET LOCAL plan_cache_mode = force_generic_plan;
 
 -- name: attempt_open
 -- Open the trace entry of a claimed attempt. (On PostgreSQL job_claim does this in the same statement.)

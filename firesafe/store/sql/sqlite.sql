@@ -39,15 +39,17 @@ SELECT * FROM firesafe_jobs WHERE key = :key;
 -- Claim up to :limit runnable jobs of the given queues for one attempt each, under one lease token.
 -- INDEXED BY: without statistics SQLite's planner picks firesafe_jobs_finished (state, ...) here,
 -- which visits and sorts every waiting row, so each claim cost O(backlog) (6 ms at 20,000 waiting);
--- the partial runnable index (queue, run_at) keeps a claim under 0.3 ms at any backlog.
+-- the partial runnable index (queue, run_at) keeps a claim under 0.3 ms at any backlog. The store
+-- writes in {index} and {lost}: firesafe_jobs_runnable and "lost = 0" for a claim of jobs never
+-- lost, firesafe_jobs_suspects and "lost > 0" for suspects (an index that holds only them).
 UPDATE firesafe_jobs
 SET state = 'running', lease_token = :token, lease_expires = :now + :lease, worker = :worker,
     attempt = attempt + 1, runs = runs + 1, updated_at = :now
 WHERE id IN (
-    SELECT id FROM firesafe_jobs INDEXED BY firesafe_jobs_runnable
+    SELECT id FROM firesafe_jobs INDEXED BY {index}
     WHERE state IN ('queued', 'scheduled') AND run_at <= :now
       AND queue IN (SELECT value FROM json_each(:queues))
-      AND (lost > 0) = (:suspects = 1)
+      AND {lost}
     ORDER BY run_at, id
     LIMIT :limit)
 RETURNING *;
@@ -161,7 +163,8 @@ SELECT
         AND queue IN (SELECT value FROM json_each(:queues))) AS running,
     (SELECT min(run_at) FROM firesafe_jobs WHERE state IN ('queued', 'scheduled')
         AND queue IN (SELECT value FROM json_each(:queues))) AS next_at,
-    (SELECT count(*) FROM firesafe_jobs WHERE state IN ('queued', 'scheduled') AND run_at <= :now AND lost > 0
+    (SELECT count(*) FROM firesafe_jobs INDEXED BY firesafe_jobs_suspects
+        WHERE state IN ('queued', 'scheduled') AND lost > 0 AND run_at <= :now
         AND queue IN (SELECT value FROM json_each(:queues))) AS suspects;
 
 -- name: job_delete_finished

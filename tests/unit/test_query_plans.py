@@ -1,0 +1,47 @@
+"""The SQLite store's hot and large-table queries read the index meant for them, not the whole table.
+
+A partial index is only used when the query's WHERE names its condition; these tests fail if a query
+edit (or an index edit in a migration) silently turns a lookup into a scan of every job.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+
+import pytest
+
+from firesafe.store import open_store
+from firesafe.store.sqlite import _CLAIM, Q
+
+
+@pytest.fixture()
+def conn(tmp_path):
+    path = tmp_path / "plans.db"
+    open_store(f"sqlite:///{path}").migrate()
+    c = sqlite3.connect(path)
+    yield c
+    c.close()
+
+
+def plan(conn: sqlite3.Connection, sql: str) -> str:
+    params = {name: 0 for name in re.findall(r":(\w+)", sql)}
+    params.update({k: "[]" for k in ("queues", "keys", "ids") if k in params})
+    return "\n".join(row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+
+
+@pytest.mark.parametrize(("sql", "index"), [
+    (_CLAIM[False], "firesafe_jobs_runnable"),
+    (_CLAIM[True], "firesafe_jobs_suspects"),
+    (Q["job_delete_finished"], "firesafe_jobs_finished"),
+    (Q["dash_dead_groups"], "firesafe_jobs_finished"),
+], ids=["claim", "claim suspects", "prune", "dead groups"])
+def test_query_reads_its_index(conn: sqlite3.Connection, sql: str, index: str) -> None:
+    text = plan(conn, sql)
+    assert f"INDEX {index}" in text, text
+    assert not re.search(r"SCAN firesafe_jobs(?! USING)", text), text
+
+
+def test_suspects_count_reads_the_suspects_index(conn: sqlite3.Connection) -> None:
+    text = plan(conn, Q["job_pending"])
+    assert "INDEX firesafe_jobs_suspects" in text, text
