@@ -1,6 +1,8 @@
 """pgqueuer on PostgreSQL (its own schema, ``PGQUEUER_SCHEMA``) over asyncpg, with an ``async def``
 entrypoint; drains use its defaults (batches of 10, no cap on concurrent jobs), the recovery run caps
-a worker at 8 jobs at a time like every other library (``batch_size=4, max_concurrent_tasks=8``)."""
+a worker at 8 jobs at a time like every other library (``batch_size=4, max_concurrent_tasks=8``).
+``PEERS_PGQUEUER_CAP=8`` caps the drains the same way (the ``pgqueuer c8`` row: pgqueuer requires
+``max_concurrent_tasks`` to be at least twice ``batch_size``)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import psycopg
 from common import PG_URL, Item, Peer, arecord, main, queries, schema_name
 
 SCHEMA = schema_name("pgqueuer")
+CAP = int(os.environ.get("PEERS_PGQUEUER_CAP", "0"))  # 0: no cap (pgqueuer's default)
 os.environ["PGQUEUER_SCHEMA"] = SCHEMA  # read by pgqueuer's DBSettings: every object in this schema
 
 import asyncpg  # noqa: E402
@@ -35,7 +38,8 @@ class PgQueuer(Peer):
     storage = "postgresql"
     name = "pgqueuer"
     bulk_api = "Queries.enqueue(lists)"
-    worker_note = "QueueManager.run(): one asyncio process, batch_size 10, no cap on concurrent jobs"
+    worker_note = (f"QueueManager.run(batch_size={CAP // 2}, max_concurrent_tasks={CAP}): one asyncio process"
+                   if CAP else "QueueManager.run(): one asyncio process, batch_size 10, no cap on concurrent jobs")
     recovery_note = "a picked job whose heartbeat is older than heartbeat_timeout (30 s) is picked again"
 
     def __init__(self) -> None:
@@ -89,6 +93,8 @@ async def run_worker(recovery: bool) -> None:
         loop.add_signal_handler(sig, qm.shutdown.set)
     if recovery:
         await qm.run(batch_size=4, max_concurrent_tasks=8)
+    elif CAP:
+        await qm.run(batch_size=CAP // 2, max_concurrent_tasks=CAP)
     else:
         await qm.run()
 

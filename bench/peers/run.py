@@ -78,7 +78,7 @@ class Target:
     script: str
     env: dict[str, str] = field(default_factory=dict)
     redis_db: int = 10
-    #: Extra options of the bench run (the tuned firesafe rows: a bigger concurrency, drains only).
+    #: Extra options of the bench run (the rows at other settings: drains only, no recovery run).
     extra: list[str] = field(default_factory=list)
 
     @property
@@ -96,12 +96,16 @@ TARGETS = [
     Target("firesafe-sqlite c64", "sqlite", None, "peer_firesafe.py", {"PEERS_STORAGE": "sqlite"},
            extra=["--concurrency", "64", "--drain-only"]),
     Target("huey-sqlite", "sqlite", "huey", "peer_huey.py", {"PEERS_STORAGE": "sqlite"}),
+    Target("huey-sqlite c64", "sqlite", "huey", "peer_huey.py", {"PEERS_STORAGE": "sqlite"},
+           extra=["--concurrency", "64", "--drain-only"]),
     Target("bare-postgresql", "postgresql", "bare", "bare.py"),
     Target("firesafe-postgresql", "postgresql", None, "peer_firesafe.py", {"PEERS_STORAGE": "postgresql"}),
     Target("firesafe-postgresql c64", "postgresql", None, "peer_firesafe.py", {"PEERS_STORAGE": "postgresql"},
            extra=["--concurrency", "64", "--drain-only"]),
     Target("procrastinate", "postgresql", "procrastinate", "peer_procrastinate.py"),
     Target("pgqueuer", "postgresql", "pgqueuer", "peer_pgqueuer.py"),
+    Target("pgqueuer c8", "postgresql", "pgqueuer", "peer_pgqueuer.py", {"PEERS_PGQUEUER_CAP": "8"},
+           extra=["--drain-only"]),
     Target("bare-redis", "redis", "bare", "bare.py", redis_db=14),
     Target("huey-redis", "redis", "huey", "peer_huey.py", {"PEERS_STORAGE": "redis"}, redis_db=10),
     Target("rq", "redis", "rq", "peer_rq.py", redis_db=11),
@@ -309,17 +313,24 @@ def partial_notes(bench: dict[str, dict[str, Any]]) -> list[str]:
 def targets(bench: dict[str, dict[str, Any]], recov: dict[str, dict[str, Any]]) -> list[str]:
     out = []
 
-    def vs(ours: str, theirs: str) -> None:
+    def vs(ours: str, theirs: str, note: str = "") -> None:
         a, b = bench.get(ours, {}), bench.get(theirs, {})
         for k, label in (("drain_1", "1 process"), ("drain_2", "2 processes")):
             x, y = (a.get(k) or {}).get("rate"), (b.get(k) or {}).get("rate")
-            if x and y:
+            if x and y and note:
+                out.append(f"beside the targets: {ours} drains {x / y:.1f}x {theirs} with {label} ({note})")
+            elif x and y:
                 out.append(f"{ours} drains {x / y:.1f}x {theirs} with {label} (target >= 2x): "
                            f"{'met' if x / y >= 2 else 'MISSED'}")
 
     vs("firesafe-sqlite", "huey-sqlite")
     vs("firesafe-postgresql", "procrastinate")
     vs("firesafe-postgresql", "pgqueuer")
+    # The same comparison at matched settings (beside the targets, which stay as above): both capped
+    # at 8 jobs in flight per process, and neither held to 8.
+    vs("firesafe-postgresql", "pgqueuer c8", note="both at most 8 jobs in flight")
+    vs("firesafe-postgresql c64", "pgqueuer", note="neither capped at 8: 64 threads, pgqueuer's no cap")
+    vs("firesafe-sqlite c64", "huey-sqlite c64", note="both at 64 threads")
     for name in ("firesafe-sqlite", "firesafe-postgresql"):
         r = recov.get(name)
         if r and "error" not in r:
