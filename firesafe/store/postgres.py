@@ -573,9 +573,9 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
         if text is None:
             if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
                 raise ValueError(f"a claim's limit must be a whole number >= 0, not {limit!r}")
-            text = self.q["job_claim"].replace("{limit}", str(limit))
-            text = self._claim_texts[(limit, suspects)] = text.replace("{lost}", "j.lost > 0" if suspects
-                                                                       else "j.lost = 0")
+            lost = "j.lost > 0" if suspects else "j.lost = 0"
+            text = self.q["job_claim"].replace("{limit}", str(limit)).replace("{lost}", lost)
+            self._claim_texts[(limit, suspects)] = text
         return text
 
     def job_claim(self, params: ClaimParams) -> list[Claimed]:

@@ -34,6 +34,18 @@ def migrated(pg: Pg) -> PostgresStore:
     return store
 
 
+def numbered(text: str) -> tuple[str, list[str]]:
+    """A query with its ``%(name)s`` placeholders as ``$1, $2, ...`` (the server's own), and the names."""
+    names: list[str] = []
+
+    def number(m: re.Match[str]) -> str:
+        if m.group(1) not in names:
+            names.append(m.group(1))
+        return f"${names.index(m.group(1)) + 1}"
+
+    return re.sub(r"%\((\w+)\)[sb]", number, text), names
+
+
 def test_every_named_query_plans_against_the_migrated_schema(pg: Pg) -> None:
     store = migrated(pg)
     try:
@@ -42,15 +54,8 @@ def test_every_named_query_plans_against_the_migrated_schema(pg: Pg) -> None:
         texts["job_claim (suspects)"] = store._claim_sql(ClaimParams(("default",), 1, "w", 30.0, suspects=True))
         with psycopg.connect(pg.url.split("?")[0]) as conn:
             for name, text in texts.items():
-                numbered, names = text, []
-
-                def number(m: re.Match[str], names: list[str] = names) -> str:
-                    if m.group(1) not in names:
-                        names.append(m.group(1))
-                    return f"${names.index(m.group(1)) + 1}"
-
-                numbered = re.sub(r"%\((\w+)\)[sb]", number, text)
-                result = conn.pgconn.prepare(b"", numbered.encode())  # parse and plan only: nothing runs
+                query, _ = numbered(text)
+                result = conn.pgconn.prepare(b"", query.encode())  # parse and plan only: nothing runs
                 assert result.status == psycopg.pq.ExecStatus.COMMAND_OK, (
                     f"query {name!r} does not fit the migrated schema: "
                     f"{result.error_message.decode(errors='replace')}")
@@ -233,13 +238,11 @@ def test_partial_indexes_are_usable_by_their_queries(pg: Pg, kind: str, index: s
         text = {"claim": store._claim_sql(ClaimParams(("default",), 8, "w", 30.0)),
                 "claim suspects": store._claim_sql(ClaimParams(("default",), 1, "w", 30.0, suspects=True)),
                 "pending": store.q["job_pending"], "dead groups": store.q["dash_dead_groups"]}[kind]
-        names: list[str] = []
-        numbered = re.sub(r"%\((\w+)\)[sb]", lambda m: f"${names.index(m.group(1)) + 1}" if m.group(1) in names
-                          else (names.append(m.group(1)) or f"${len(names)}"), text)
+        query, names = numbered(text)
         with psycopg.connect(pg.url.split("?")[0], autocommit=True) as conn, conn.transaction():
             conn.execute("SET LOCAL enable_seqscan = off")
             conn.execute(store.q["plan_generic"])
-            conn.execute(f"PREPARE q AS {numbered}")
+            conn.execute(f"PREPARE q AS {query}")
             plan = "\n".join(r[0] for r in conn.execute(
                 f"EXPLAIN EXECUTE q({', '.join(['NULL'] * len(names))})"))
         assert index in plan, plan
