@@ -46,12 +46,17 @@ def numbered(text: str) -> tuple[str, list[str]]:
     return re.sub(r"%\((\w+)\)[sb]", number, text), names
 
 
+def claim_texts(store: PostgresStore) -> dict[str, str]:
+    """The two texts the store writes from the job_claim template: a claim of 8, a claim of suspects."""
+    return {"claim": store._claim_sql(ClaimParams(("default",), 8, "w", 30.0)),
+            "claim suspects": store._claim_sql(ClaimParams(("default",), 1, "w", 30.0, suspects=True))}
+
+
 def test_every_named_query_plans_against_the_migrated_schema(pg: Pg) -> None:
     store = migrated(pg)
     try:
-        texts = dict(store.q)  # job_claim is a template: plan both kinds the store writes from it
-        texts["job_claim"] = store._claim_sql(ClaimParams(("default",), 8, "w", 30.0))
-        texts["job_claim (suspects)"] = store._claim_sql(ClaimParams(("default",), 1, "w", 30.0, suspects=True))
+        texts = {**store.q, **claim_texts(store)}  # job_claim is a template: plan what the store writes
+        del texts["job_claim"]
         with psycopg.connect(pg.url.split("?")[0]) as conn:
             for name, text in texts.items():
                 query, _ = numbered(text)
@@ -235,9 +240,8 @@ def test_partial_indexes_are_usable_by_their_queries(pg: Pg, kind: str, index: s
     plan a worker's finish-and-claim uses."""
     store = migrated(pg)
     try:
-        text = {"claim": store._claim_sql(ClaimParams(("default",), 8, "w", 30.0)),
-                "claim suspects": store._claim_sql(ClaimParams(("default",), 1, "w", 30.0, suspects=True)),
-                "pending": store.q["job_pending"], "dead groups": store.q["dash_dead_groups"]}[kind]
+        text = {**claim_texts(store), "pending": store.q["job_pending"],
+                "dead groups": store.q["dash_dead_groups"]}[kind]
         query, names = numbered(text)
         with psycopg.connect(pg.url.split("?")[0], autocommit=True) as conn, conn.transaction():
             conn.execute("SET LOCAL enable_seqscan = off")

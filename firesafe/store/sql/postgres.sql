@@ -159,9 +159,9 @@ SELECT * FROM claimed ORDER BY run_at, id;
 -- name: plan_generic
 -- PostgreSQL only: for the rest of this transaction, run prepared statements under their generic
 -- plan instead of planning each execution anew (custom plans). A worker's finish-and-claim sets it:
--- planning the claim and the finish again at every batch was about a third of the transaction's
--- time at concurrency 8. Safe for these two statements: the finish reads jobs by primary key, and
--- the claim's row limit is a number in its text (see job_claim).
+-- without it, planning the claim and the finish again at every batch cost 9 to 14% of a no-op drain
+-- at concurrency 8 (docs/benchmarks.md). Safe for these two statements: the finish reads jobs by
+-- primary key, and the claim's row limit is a number in its text (see job_claim).
 SET LOCAL plan_cache_mode = force_generic_plan;
 
 -- name: attempt_open
