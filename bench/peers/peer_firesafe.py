@@ -34,7 +34,8 @@ class Firesafe(Peer):
     storage = STORAGE
     name = f"firesafe-{STORAGE}"
     bulk_api = "enqueue_many"
-    worker_note = "app.work(concurrency={c}): {c} threads"
+    worker_note = ("app.work(concurrency={c}): {c} threads; while attempts are short it claims up to {c} more "
+                   "(prefetch, its default)")
     recovery_note = "lease 30 s (default): a dead worker's attempts are rescued as lost, then retried"
 
     def __init__(self) -> None:

@@ -54,6 +54,10 @@ def _watch_parent(worker: Any) -> None:
               "(default: every queue the app's jobs declare).")
 @click.option("--concurrency", "-c", type=click.IntRange(1, 1024), default=8, show_default=True,
               help="Attempts run at once in each process (threads).")
+@click.option("--prefetch", type=click.IntRange(0, 4096), default=None, metavar="N",
+              help="Jobs each process may claim beyond its free threads while its attempts are short "
+                   "(under 20 ms on average), so one commit saves more outcomes [default: the concurrency; "
+                   "0 turns it off]. A prefetched job waits in the worker, its lease held.")
 @click.option("--processes", "-p", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Worker processes; above 1 a supervisor starts, watches and restarts them.")
 @click.option("--burst", is_flag=True, help="Exit once nothing is runnable (scripts, tests, cron).")
@@ -66,8 +70,8 @@ def _watch_parent(worker: Any) -> None:
               help="json: one JSON object per line (timestamp, level, logger, message, job_key, ...).")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               default="INFO", show_default=True)
-def worker(target: str, queues: str | None, concurrency: int, processes: int, burst: bool, wait_scheduled: bool,
-           grace: float, log_format: str, log_level: str) -> None:
+def worker(target: str, queues: str | None, concurrency: int, prefetch: int | None, processes: int, burst: bool,
+           wait_scheduled: bool, grace: float, log_format: str, log_level: str) -> None:
     """Run workers for the app MODULE:APP (imported like uvicorn does; the current directory is importable).
 
     Each attempt is logged at INFO with its key, job, outcome, state and duration. SIGTERM or
@@ -97,6 +101,8 @@ def worker(target: str, queues: str | None, concurrency: int, processes: int, bu
                    "--log-level", log_level]
         if queue_list:
             command += ["--queues", ",".join(queue_list)]
+        if prefetch is not None:
+            command += ["--prefetch", str(prefetch)]
         if burst:
             command.append("--burst")
         if wait_scheduled:
@@ -105,7 +111,7 @@ def worker(target: str, queues: str | None, concurrency: int, processes: int, bu
         raise SystemExit(code)
 
     w = app.worker(queue_list or None, concurrency=concurrency, burst=burst, wait_scheduled=wait_scheduled,
-                   grace=grace)
+                   grace=grace, prefetch=prefetch)
     w.install_signal_handlers()
     _watch_parent(w)
     log.info("store %s", safe_url(app.store_url))

@@ -40,8 +40,8 @@ log = logging.getLogger("firesafe.worker")
 class _Running:
     claimed: Claimed
     ctx: Context
-    started: float
-    deadline: float | None
+    started: float | None = None  # when a pool thread began it (None while it waits, prefetched)
+    deadline: float | None = None
     done: bool = False  # concluded by the loop (timeout or release): a late result is dropped
 
 
@@ -68,7 +68,7 @@ class Worker:
                  burst: bool = False, wait_scheduled: bool = False, lease: float | None = None,
                  poll_interval: float = 0.5, grace: float = 30.0, batch: int | None = None,
                  max_lost: int = DEFAULT_MAX_LOST, rescue_interval: float | None = None,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, prefetch: int | None = None) -> None:
         self.app = app
         self.store = app.store
         self.queues = tuple(queues) if queues else app.queues()
@@ -78,14 +78,21 @@ class Worker:
         self.lease = lease or app.lease
         self.poll_interval = poll_interval
         self.grace = grace
-        self.batch = batch or max(self.concurrency, 1)
+        # Jobs claimed beyond the threads, to start as soon as a thread is free (see _prefetching).
+        # Off when a job of these queues allows a single attempt: a prefetched job lost with its
+        # worker uses an attempt, and such a job would go dead without having run.
+        self.prefetch = self.concurrency if prefetch is None else max(0, prefetch)
+        if any(j.max_attempts == 1 for j in app.jobs.values() if j.queue in self.queues):
+            self.prefetch = 0
+        self.batch = batch or self.concurrency + self.prefetch
+        self._pace: float | None = None  # moving average of attempt durations (seconds)
         self.max_lost = max_lost
         self.rescue_interval = rescue_interval or min(5.0, self.lease / 3)
         self.heartbeat_interval = self.lease / 3
         self.random = random.Random(seed)
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.stats = WorkerStats()
-        self._done: queue.SimpleQueue[tuple[_Running, executor.AttemptResult]] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[_Running, executor.AttemptResult | None]] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         # By (job id, run): a timed-out or lost attempt keeps its slot until its thread returns, while
@@ -143,7 +150,8 @@ class Worker:
         faults = 0
         last_beat = last_rescue = last_prune = 0.0
         stop_at: float | None = None
-        log.info("worker %s started: queues=%s concurrency=%d", self.id, ",".join(self.queues), self.concurrency)
+        log.info("worker %s started: queues=%s concurrency=%d prefetch=%d", self.id, ",".join(self.queues),
+                 self.concurrency, self.prefetch)
         try:
             while True:
                 try:
@@ -264,10 +272,31 @@ class Worker:
             # Looking for suspects that are not there scans the waiting jobs (no index has `lost`):
             # a worker draining a backlog is idle between every two batches, so look once per poll.
             self._idle_probe_at = time.monotonic() + self.poll_interval
-        free = self.concurrency - len(staying)
+        free = self.concurrency + self._prefetching() - len(staying)
         if free <= 0:
             return []
         return self._take(min(free, self.batch), suspects=False)
+
+    #: Prefetch only while attempts average less than this (seconds).
+    PREFETCH_BELOW = 0.02
+
+    def _prefetching(self) -> int:
+        """How many jobs to claim beyond the free threads: ``prefetch`` while attempts are short, else 0.
+
+        Each batch of outcomes costs one commit (a disk flush on SQLite, a round trip and a WAL flush
+        on PostgreSQL). With short jobs that commit, not the jobs, sets the pace: claiming up to
+        ``concurrency + prefetch`` saves more outcomes per commit, and a thread that frees up starts
+        a waiting job at once instead of after the next commit. A prefetched job waits behind the
+        running ones, so only while they average under ``PREFETCH_BELOW``: once attempts run longer
+        (one long attempt is enough), a worker claims only what its threads can start now and leaves
+        the rest to other workers. Never with limiters (a waiting job would hold its tokens), nor
+        for queues with a job of ``max_attempts=1`` (see ``__init__``)."""
+        if self.prefetch and self._limits is None and self._pace is not None and self._pace < self.PREFETCH_BELOW:
+            return self.prefetch
+        return 0
+
+    def _note_duration(self, seconds: float) -> None:
+        self._pace = seconds if self._pace is None else self._pace + 0.2 * (seconds - self._pace)
 
     def _check_isolation(self) -> None:
         ttl = max(self.lease, 3 * self.rescue_interval)
@@ -303,14 +332,18 @@ class Worker:
             return
         ctx = Context(JobInfo(job.key, job.name, job.queue, job.attempt, job.max_attempts, job.runs, job.id),
                       store=self.store, app=self.app, token=claimed.token, is_async=jobdef.is_async)
-        now = time.monotonic()
-        deadline = now + jobdef.timeout if (jobdef.timeout and not jobdef.is_async) else None
-        running = _Running(claimed, ctx, now, deadline)
+        timeout = jobdef.timeout if (jobdef.timeout and not jobdef.is_async) else None
+        running = _Running(claimed, ctx)
         self._running[(job.id, job.runs)] = running
 
         def task() -> None:
-            res = executor.execute(jobdef, ctx, job.args, job.kwargs)
-            self._done.put((running, res))
+            if running.done or self._stopping.is_set():  # a prefetched job the worker no longer runs
+                self._done.put((running, None))
+            else:
+                running.started = now = time.monotonic()
+                if timeout:
+                    running.deadline = now + timeout
+                self._done.put((running, executor.execute(jobdef, ctx, job.args, job.kwargs)))
             self._wake.set()
 
         assert self._pool is not None
@@ -328,9 +361,15 @@ class Worker:
                 break
             if running.done:  # already concluded as timed out or released: the late result is void
                 self._running.pop((running.claimed.job.id, running.claimed.job.runs), None)
-                log.warning("late result of %s dropped (attempt already ended)", running.claimed.job.key)
-                self.stats.fenced += 1
+                if res is not None:
+                    log.warning("late result of %s dropped (attempt already ended)", running.claimed.job.key)
+                    self.stats.fenced += 1
                 continue
+            if res is None:  # prefetched, and the worker stopped before a thread took it: give it back
+                finishes.append(executor.released(running.claimed, "the worker stopped before the attempt started"))
+                meta.append((running, None))
+                continue
+            self._note_duration(res.duration)
             jobdef = self.app.jobs[running.claimed.job.name]
             finishes.append(executor.conclude(running.claimed, jobdef, res, self.random.random(),
                                               cancel_requested=running.ctx.cancelled,
@@ -358,9 +397,11 @@ class Worker:
         finishes = []
         for r in expired:
             jobdef = self.app.jobs[r.claimed.job.name]
+            duration = now - (r.started or now)
+            self._note_duration(duration)
             res = executor.AttemptResult(
                 executor.TimedOut(f"the attempt ran longer than its timeout of {jobdef.timeout:g}s"),
-                timed_out=True, duration=now - r.started)
+                timed_out=True, duration=duration)
             r.ctx._request_cancel()
             finishes.append(executor.conclude(r.claimed, jobdef, res, self.random.random(), detail=r.ctx._detail()))
             r.done = True  # keeps its slot until the thread really returns
@@ -386,7 +427,7 @@ class Worker:
             running = meta[i][0] if meta else None
             key = running.claimed.job.key if running else str(fin.job_id)
             name = running.claimed.job.name if running else "?"
-            duration = (time.monotonic() - running.started) if running else 0.0
+            duration = (time.monotonic() - running.started) if running and running.started else 0.0
             if running and not keep_slots:
                 self._running.pop((fin.job_id, running.claimed.job.runs), None)
             if not ok:

@@ -50,12 +50,13 @@ def test_burst_worker_runs_everything_and_logs_json_lines(appmod: AppModule) -> 
 
 def test_two_processes_in_burst_do_every_job_exactly_once(appmod: AppModule) -> None:
     keys = enqueue_adds(appmod, 60)
-    proc = run_cli(["worker", appmod.target, "--processes", "2", "--concurrency", "2", "--burst"], appmod.dir)
+    proc = run_cli(["worker", appmod.target, "--processes", "2", "--concurrency", "2", "--prefetch", "3", "--burst"],
+                   appmod.dir)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("firesafe.supervisor: worker process") >= 4  # 2 started, 2 finished
-    started = {line.split("[")[1].split("]")[0] for line in proc.stderr.splitlines() if "worker " in line
-               and " started: queues=" in line}
-    assert len(started) == 2  # two child processes, each its own pid
+    lines = [line for line in proc.stderr.splitlines() if "worker " in line and " started: queues=" in line]
+    assert len({line.split("[")[1].split("]")[0] for line in lines}) == 2  # two child processes, each its own pid
+    assert all("concurrency=2 prefetch=3" in line for line in lines)  # the options reach every child
     effects = appmod.effects()
     assert sorted(effects) == sorted(keys) and len(effects) == len(set(effects)) == 60
     assert set(states(appmod.url).values()) == {"succeeded"}
@@ -142,6 +143,13 @@ def test_unknown_store_url_and_unknown_key_from_the_shell(appmod: AppModule) -> 
     assert run_cli(["migrate", "--store", appmod.url], appmod.dir).returncode == 0
     proc = run_cli(["show", "missing-key"], appmod.dir, FIRESAFE_STORE=appmod.url)
     assert proc.returncode == 1 and proc.stderr == "error: no job with key 'missing-key'\n" and proc.stdout == ""
+
+
+def test_a_negative_prefetch_is_refused_before_anything_runs(appmod: AppModule) -> None:
+    enqueue_adds(appmod, 1)
+    proc = run_cli(["worker", appmod.target, "--burst", "--prefetch", "-1"], appmod.dir)
+    assert proc.returncode == 2 and "Invalid value for '--prefetch'" in proc.stderr
+    assert "Traceback" not in proc.stderr and appmod.effects() == []
 
 
 def test_bulk_replay_on_a_terminal_asks_first(appmod: AppModule) -> None:

@@ -53,4 +53,6 @@ def build(store_url: str, provider_db: str) -> App:
 
 if __name__ == "__main__":
     application = build(sys.argv[1], sys.argv[2])
-    application.work(burst=True, wait_scheduled=True, concurrency=1, poll_interval=0.05)
+    # No prefetch: each job must be the one running when its own boundary kills the process (a job
+    # prefetched behind it would be lost with it before its first run, and never crash itself).
+    application.work(burst=True, wait_scheduled=True, concurrency=1, prefetch=0, poll_interval=0.05)
