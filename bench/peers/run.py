@@ -310,6 +310,11 @@ def partial_notes(bench: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
+#: How firesafe at concurrency 8 and ``pgqueuer c8`` match: both run 8 jobs at a time; firesafe, whose
+#: jobs here are short, also holds up to 8 more that wait for a thread (prefetch, its default).
+C8_NOTE = "both run at most 8 jobs at a time; firesafe holds up to 8 more, prefetched"
+
+
 def targets(bench: dict[str, dict[str, Any]], recov: dict[str, dict[str, Any]]) -> list[str]:
     out = []
 
@@ -326,9 +331,9 @@ def targets(bench: dict[str, dict[str, Any]], recov: dict[str, dict[str, Any]]) 
     vs("firesafe-sqlite", "huey-sqlite")
     vs("firesafe-postgresql", "procrastinate")
     vs("firesafe-postgresql", "pgqueuer")
-    # The same comparison at matched settings (beside the targets, which stay as above): both capped
-    # at 8 jobs in flight per process, and neither held to 8.
-    vs("firesafe-postgresql", "pgqueuer c8", note="both at most 8 jobs in flight")
+    # The same comparison at matched settings (beside the targets, which stay as above): both running
+    # at most 8 jobs at a time per process, and neither held to 8.
+    vs("firesafe-postgresql", "pgqueuer c8", note=C8_NOTE)
     vs("firesafe-postgresql c64", "pgqueuer", note="neither capped at 8: 64 threads, pgqueuer's no cap")
     vs("firesafe-sqlite c64", "huey-sqlite c64", note="both at 64 threads")
     for name in ("firesafe-sqlite", "firesafe-postgresql"):

@@ -161,6 +161,8 @@ def run_worker(opts: argparse.Namespace) -> int:
     app = build_app(opts.store, opts.dir, lease=opts.lease)
     worker = app.worker(concurrency=opts.concurrency, burst=opts.burst, wait_scheduled=opts.burst,
                         grace=opts.grace, poll_interval=opts.poll, max_lost=opts.max_lost)
+    if opts.prefetch_below is not None:  # what counts as short, so a test does not hang on the disk's speed
+        worker.PREFETCH_BELOW = opts.prefetch_below
     worker.install_signal_handlers()
     stats = worker.run()
     app.close()
@@ -212,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grace", type=float, default=30.0)
     parser.add_argument("--poll", type=float, default=0.1)
     parser.add_argument("--max-lost", type=int, default=3, help="losses before a job goes dead as worker_lost")
+    parser.add_argument("--prefetch-below", type=float, help="the worker prefetches while attempts average less")
     parser.add_argument("--burst", action="store_true", help="exit once nothing is left (waits for retries)")
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=50)

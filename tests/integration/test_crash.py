@@ -43,6 +43,35 @@ def test_sigkilled_worker_job_is_rescued_and_its_effect_lands_exactly_once(world
     assert "rescued 1 job(s)" in second.stderr()
 
 
+def test_a_killed_workers_prefetched_job_is_rescued_as_lost_although_it_never_started(world: World) -> None:
+    # Given a worker of one thread whose attempts so far were short, so it prefetches one job ("short"
+    # is under 1 s here rather than 20 ms: the warm-up jobs' effects write to disk, slow on a busy host)
+    effect = world.app.jobs["effect"]
+    effect.enqueue_many([{"key": f"warm{i}"} for i in range(20)])
+    first = world.procs.worker("w1", "--concurrency", "1", "--prefetch-below", "1.0")
+    wait_until(lambda: world.count(state="succeeded") == 20, 30, "the warm-up jobs")
+    # When one claim takes a job that sleeps 30 s on its first run and a short one behind it
+    effect.enqueue_many([{"key": "long", "kwargs": {"sleep": 30.0, "sleep_runs": 1}}, {"key": "behind"}])
+    wait_until(lambda: len(world.running_on(first.pid)) == 2, 30, "both to be claimed by w1")
+    wait_until(lambda: world.effects.started("long", 1), 30, "the long one to start")
+    # and the worker is killed while "behind" still waits for its one thread
+    first.signal(signal.SIGKILL)
+    assert first.wait(10) == -signal.SIGKILL
+    assert world.effects.started("behind", 1) is None
+    second = world.procs.worker("w2", "--burst")
+
+    # Then both are rescued as lost once the lease expires (the store cannot tell a prefetched job that
+    # had not started from one that had), and complete on the second worker, each effect once
+    assert second.wait(60) == 0, second.stderr()
+    for key in ("long", "behind"):
+        job = world.job(key)
+        assert job.state == State.SUCCEEDED and [a.outcome for a in job.trace] == ["lost", "succeeded"], key
+        assert (job.runs, job.lost, job.attempt) == (2, 1, 2), key  # the lost attempt counts, as documented
+    assert world.effects.started("behind", 1) is None and world.effects.started("behind", 2) == second.pid
+    assert sorted(world.effects.applied()) == sorted(["long", "behind"] + [f"warm{i}" for i in range(20)])
+    assert "rescued 2 job(s)" in second.stderr()
+
+
 def test_300_jobs_on_two_workers_one_killed_three_times_every_effect_applied_once(world: World) -> None:
     n = 3000 if os.environ.get("FIRESAFE_SOAK") == "1" else 300
     keys = [f"s{i}" for i in range(n)]
