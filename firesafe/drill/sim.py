@@ -334,8 +334,11 @@ class Simulation:
     # -- the world -----------------------------------------------------------------------------------
     def _spawn(self) -> _SimWorker:
         name = f"w{len(self.workers) + 1}"
+        # No prefetch (a job of max_attempts=1 turns it off anyway): the synchronous pool runs each
+        # job as it is claimed, so no job would ever wait, and the pace it keeps is wall-clock time,
+        # which a seed could not replay. tests/integration/test_prefetch.py covers prefetch.
         worker = self.app.worker([self.queue], concurrency=self.s.concurrency, lease=self.s.lease,
-                                 seed=self.rng.randrange(2**32))
+                                 seed=self.rng.randrange(2**32), prefetch=0)
         worker.id = f"sim:{name}"
         worker._pool = _SyncPool()
         w = _SimWorker(name, worker)

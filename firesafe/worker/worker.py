@@ -40,9 +40,11 @@ log = logging.getLogger("firesafe.worker")
 class _Running:
     claimed: Claimed
     ctx: Context
+    claimed_at: float  # time.monotonic() of the claim
+    lease_until: float  # a job still waiting for a thread starts only before this (see Worker._start)
     started: float | None = None  # when a pool thread began it (None while it waits, prefetched)
     deadline: float | None = None
-    done: bool = False  # concluded by the loop (timeout or release): a late result is dropped
+    done: bool = False  # concluded by the loop (timeout, release, lease lost): a late result is dropped
 
 
 @dataclass
@@ -79,12 +81,14 @@ class Worker:
         self.poll_interval = poll_interval
         self.grace = grace
         # Jobs claimed beyond the threads, to start as soon as a thread is free (see _prefetching).
-        # Off when a job of these queues allows a single attempt: a prefetched job lost with its
-        # worker uses an attempt, and such a job would go dead without having run.
+        # Off when the app has a job of a single attempt (a prefetched job lost with its worker uses
+        # an attempt: such a job would go dead without having run; any queue, since enqueue may
+        # override a job's queue) or limiters (a waiting job would hold its tokens).
         self.prefetch = self.concurrency if prefetch is None else max(0, prefetch)
-        if any(j.max_attempts == 1 for j in app.jobs.values() if j.queue in self.queues):
+        if any(j.max_attempts == 1 for j in app.jobs.values()):
             self.prefetch = 0
         self.batch = batch or self.concurrency + self.prefetch
+        self._starting = threading.Lock()  # a pool thread starting a waiting job vs the loop withdrawing it
         self._pace: float | None = None  # moving average of attempt durations (seconds)
         self.max_lost = max_lost
         self.rescue_interval = rescue_interval or min(5.0, self.lease / 3)
@@ -92,7 +96,7 @@ class Worker:
         self.random = random.Random(seed)
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.stats = WorkerStats()
-        self._done: queue.SimpleQueue[tuple[_Running, executor.AttemptResult | None]] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[_Running, executor.AttemptResult]] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         # By (job id, run): a timed-out or lost attempt keeps its slot until its thread returns, while
@@ -116,6 +120,8 @@ class Worker:
             from firesafe.limits.gate import Gate
 
             self._limits = Gate(self)
+            self.prefetch = 0
+            self.batch = batch or self.concurrency
 
     # -- control -----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -229,7 +235,8 @@ class Worker:
         wait = self.poll_interval
         if self._linger_until is not None:
             wait = min(wait, max(0.0, self._linger_until - time.monotonic()))
-        deadlines = [r.deadline for r in self._running.values() if r.deadline and not r.done]
+        deadlines = [r.deadline if r.started is not None else r.claimed_at + self.PREFETCH_WAIT
+                     for r in self._running.values() if not r.done and (r.deadline or r.started is None)]
         if deadlines:
             wait = min(wait, max(0.0, min(deadlines) - time.monotonic()))
         if self._limits is not None:  # wake when jobs given back to a limiter come up
@@ -279,6 +286,8 @@ class Worker:
 
     #: Prefetch only while attempts average less than this (seconds).
     PREFETCH_BELOW = 0.02
+    #: A prefetched job that waited this long for a thread is given back for other workers (seconds).
+    PREFETCH_WAIT = 1.0
 
     def _prefetching(self) -> int:
         """How many jobs to claim beyond the free threads: ``prefetch`` while attempts are short, else 0.
@@ -287,11 +296,10 @@ class Worker:
         on PostgreSQL). With short jobs that commit, not the jobs, sets the pace: claiming up to
         ``concurrency + prefetch`` saves more outcomes per commit, and a thread that frees up starts
         a waiting job at once instead of after the next commit. A prefetched job waits behind the
-        running ones, so only while they average under ``PREFETCH_BELOW``: once attempts run longer
-        (one long attempt is enough), a worker claims only what its threads can start now and leaves
-        the rest to other workers. Never with limiters (a waiting job would hold its tokens), nor
-        for queues with a job of ``max_attempts=1`` (see ``__init__``)."""
-        if self.prefetch and self._limits is None and self._pace is not None and self._pace < self.PREFETCH_BELOW:
+        running ones, so only while their moving average (each attempt weighs a fifth) is under
+        ``PREFETCH_BELOW``; a job that waits ``PREFETCH_WAIT`` all the same is given back (see
+        :meth:`_withdraw`). Off entirely for some apps (see ``__init__``)."""
+        if self.prefetch and self._pace is not None and self._pace < self.PREFETCH_BELOW:
             return self.prefetch
         return 0
 
@@ -333,17 +341,23 @@ class Worker:
         ctx = Context(JobInfo(job.key, job.name, job.queue, job.attempt, job.max_attempts, job.runs, job.id),
                       store=self.store, app=self.app, token=claimed.token, is_async=jobdef.is_async)
         timeout = jobdef.timeout if (jobdef.timeout and not jobdef.is_async) else None
-        running = _Running(claimed, ctx)
+        now = time.monotonic()
+        # A job that waited for a thread starts only while its lease surely holds: a heartbeat's
+        # margin before it would expire (heartbeats renew it, see _heartbeat).
+        running = _Running(claimed, ctx, now, now + self.lease - self.heartbeat_interval)
         self._running[(job.id, job.runs)] = running
 
         def task() -> None:
-            if running.done or self._stopping.is_set():  # a prefetched job the worker no longer runs
-                self._done.put((running, None))
-            else:
-                running.started = now = time.monotonic()
-                if timeout:
-                    running.deadline = now + timeout
-                self._done.put((running, executor.execute(jobdef, ctx, job.args, job.kwargs)))
+            with self._starting:
+                start = time.monotonic()
+                if running.done or self._stopping.is_set() or start >= running.lease_until:
+                    self._wake.set()  # not to run here: the loop gives it back (see _withdraw)
+                    return
+                running.started = start
+            if timeout:
+                running.deadline = start + timeout
+                self._wake.set()  # the loop's wait must end by this deadline
+            self._done.put((running, executor.execute(jobdef, ctx, job.args, job.kwargs)))
             self._wake.set()
 
         assert self._pool is not None
@@ -361,13 +375,8 @@ class Worker:
                 break
             if running.done:  # already concluded as timed out or released: the late result is void
                 self._running.pop((running.claimed.job.id, running.claimed.job.runs), None)
-                if res is not None:
-                    log.warning("late result of %s dropped (attempt already ended)", running.claimed.job.key)
-                    self.stats.fenced += 1
-                continue
-            if res is None:  # prefetched, and the worker stopped before a thread took it: give it back
-                finishes.append(executor.released(running.claimed, "the worker stopped before the attempt started"))
-                meta.append((running, None))
+                log.warning("late result of %s dropped (attempt already ended)", running.claimed.job.key)
+                self.stats.fenced += 1
                 continue
             self._note_duration(res.duration)
             jobdef = self.app.jobs[running.claimed.job.name]
@@ -391,6 +400,8 @@ class Worker:
 
     def _timeouts(self) -> None:
         now = time.monotonic()
+        if len(self._running) > self.concurrency or self._stopping.is_set():  # some may wait for a thread
+            self._withdraw(now)
         expired = [r for r in self._running.values() if r.deadline and not r.done and now >= r.deadline]
         if not expired:
             return
@@ -410,6 +421,30 @@ class Worker:
             finishes, meta = self._limits.settle(finishes, meta, keep_slots=True)
         if finishes:
             self._save(finishes, meta, keep_slots=True)
+
+    def _withdraw(self, now: float) -> None:
+        """Give back the prefetched jobs no thread has started that should not wait here any longer:
+        all of them once the worker is stopping; one that waited ``PREFETCH_WAIT`` (every thread is
+        busy with something long, or stuck in an attempt past its timeout), so another worker can run
+        it; one whose lease may lapse (heartbeats failing). Each is recorded as ``interrupted`` and is
+        runnable again at once, its attempt given back. One whose lease was lost is only forgotten.
+        A wait that long also stops prefetching (the attempts ahead are that long at least), so this
+        worker does not take the same job back while its threads are still busy."""
+        stopping = self._stopping.is_set()
+        out: list[tuple[_Running, str]] = []
+        with self._starting:  # a thread starts a waiting job, or the loop takes it back: never both
+            for key, r in list(self._running.items()):
+                if r.started is not None:
+                    continue
+                if r.done:  # its lease was lost while it waited (see _heartbeat): nothing to save
+                    del self._running[key]
+                elif stopping or now - r.claimed_at >= self.PREFETCH_WAIT or now >= r.lease_until:
+                    self._pace = max(self._pace or 0.0, now - r.claimed_at, self.PREFETCH_BELOW)
+                    r.done = True
+                    out.append((r, "the worker stopped before the attempt started" if stopping else
+                                f"waited {now - r.claimed_at:.1f}s for a thread of this worker; given back"))
+        if out:
+            self._save([executor.released(r.claimed, why) for r, why in out], [(r, None) for r, _ in out])
 
     def _save(self, finishes: list[FinishParams], meta: list[tuple[_Running, Any]] | None = None,
               keep_slots: bool = False) -> None:
@@ -462,9 +497,12 @@ class Worker:
         live = [r for r in self._running.values() if not r.done]
         if not live:
             return
+        beat = time.monotonic()
         held = self.store.job_heartbeat_many([(r.claimed.job.id, r.claimed.token) for r in live], self.lease)
         for r in live:
             job_id = r.claimed.job.id
+            if job_id in held:
+                r.lease_until = beat + self.lease - self.heartbeat_interval
             if job_id not in held:
                 log.warning("lease of %s was lost (rescued elsewhere?); asking the attempt to stop",
                             r.claimed.job.key)
@@ -511,9 +549,11 @@ class Worker:
             log.error("could not release jobs (%s); their leases will expire and they will be rescued", exc)
 
     def _shutdown(self) -> None:
+        self._stopping.set()  # however the loop ended: no waiting job starts now
         try:
             self._flush()
             self._save_outbox()
+            self._withdraw(time.monotonic())
         except StoreError as exc:
             log.error("could not save final results (%s); the leases will expire and be rescued", exc)
         if self._pool:

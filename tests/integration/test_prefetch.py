@@ -1,9 +1,9 @@
 """Prefetch: a worker whose attempts are short claims up to ``concurrency + prefetch`` jobs at once.
 
-Never more than ``concurrency`` attempts run at a time; no prefetch once attempts run long, with
-``prefetch=0``, or for queues holding a job of ``max_attempts=1``; a prefetched job's timeout counts
-from its real start; on stop, a prefetched job no thread took is given back without using an
-attempt. In-process workers on a real store.
+No prefetch once attempts run long, with ``prefetch=0``, for an app with a job of ``max_attempts=1``
+or with limiters; a prefetched job's timeout counts from its real start; a prefetched job that waits
+too long for a thread, or that no thread took when the worker stops, is given back at once without
+using an attempt. In-process workers on a real store.
 """
 
 from __future__ import annotations
@@ -20,33 +20,24 @@ from tests.processes import wait_until
 
 
 class Probe:
-    """Counts attempts running at once and records the row limit of every claim (but of suspects)."""
+    """Records the row limit and the rows of every claim (but the one-at-a-time look for suspects)."""
 
     def __init__(self, app: App) -> None:
-        self.lock = threading.Lock()
-        self.running = 0
-        self.most = 0
         self.limits: list[int] = []
+        self.sizes: list[int] = []
         store = app.store
-        for name in ("job_claim", "job_finish_and_claim"):
-            setattr(store, name, self._recording(getattr(store, name)))
+        store.job_claim = self._recording(store.job_claim, lambda out: out)
+        store.job_finish_and_claim = self._recording(store.job_finish_and_claim, lambda out: out[1])
 
-    def _recording(self, method: Any) -> Any:
+    def _recording(self, method: Any, rows: Any) -> Any:
         def call(*args: Any) -> Any:
             params = args[-1]  # the ClaimParams is the last argument of both
-            if not params.suspects:  # not the one-at-a-time look for suspects
+            out = method(*args)
+            if not params.suspects:
                 self.limits.append(params.limit)
-            return method(*args)
+                self.sizes.append(len(rows(out)))
+            return out
         return call
-
-    def enter(self) -> None:
-        with self.lock:
-            self.running += 1
-            self.most = max(self.most, self.running)
-
-    def leave(self) -> None:
-        with self.lock:
-            self.running -= 1
 
 
 @pytest.fixture
@@ -56,71 +47,75 @@ def app(store_url: str) -> Iterator[App]:
     a.close()
 
 
-def declare(app: App, probe: Probe) -> Any:
+def declare(app: App) -> Any:
     @app.job(max_attempts=3)
     def step(ctx: Any, n: int, sleep: float = 0.0) -> int:
-        probe.enter()
-        try:
-            time.sleep(sleep)
-            return n
-        finally:
-            probe.leave()
+        time.sleep(sleep)
+        return n
 
     return step
 
 
-def test_short_jobs_are_claimed_beyond_the_threads_but_never_run_beyond_them(app: App) -> None:
+def test_short_jobs_are_claimed_beyond_the_threads(app: App) -> None:
     probe = Probe(app)
-    step = declare(app, probe)
+    step = declare(app)
     step.enqueue_many([{"args": [i], "key": f"s{i}"} for i in range(300)])
-    stats = app.work(burst=True, concurrency=3)
-    assert stats.succeeded == 300
+    assert app.work(burst=True, concurrency=3).succeeded == 300
     assert probe.limits[0] == 3  # nothing measured yet: no prefetch on the first claim
     assert max(probe.limits) == 6  # then concurrency + prefetch (its default: the concurrency)
-    assert probe.most <= 3
+    assert max(probe.sizes) == 6  # and claims took twice the threads at once
 
 
-@pytest.mark.parametrize("how", ["long attempts", "prefetch=0", "a job of max_attempts=1"])
-def test_no_prefetch_with_long_attempts_when_turned_off_or_for_single_attempt_jobs(app: App, how: str) -> None:
+@pytest.mark.parametrize("how", ["long attempts", "prefetch=0", "a job of max_attempts=1", "limiters"])
+def test_no_prefetch_with_long_attempts_when_turned_off_or_for_some_apps(app: App, how: str) -> None:
     probe = Probe(app)
-    step = declare(app, probe)
-    if how == "a job of max_attempts=1":  # in the worker's queues: it would go dead without running
-        @app.job(max_attempts=1)
+    step = declare(app)
+    if how == "a job of max_attempts=1":  # it would go dead without running if lost while it waited
+        @app.job(max_attempts=1, queue="payments")
         def charge(ctx: Any) -> None:
             pass
+    if how == "limiters":  # a waiting job would hold its tokens
+        app.limiter("crm", rate=10_000)
     sleep = 0.03 if how == "long attempts" else 0.0  # over PREFETCH_BELOW (20 ms)
     step.enqueue_many([{"args": [i, sleep], "key": f"s{i}"} for i in range(24)])
     options = {"prefetch": 0} if how == "prefetch=0" else {}
-    assert app.work(burst=True, concurrency=2, **options).succeeded == 24
-    assert max(probe.limits) == 2 and probe.most <= 2
+    w = app.worker(["default"], burst=True, concurrency=2, **options)
+    assert w.run().succeeded == 24
+    assert max(probe.limits) == 2 and max(probe.sizes) == 2
+    assert w.prefetch == (2 if how == "long attempts" else 0)
 
 
-def warmed(app: App, probe: Probe, step: Any, **options: Any) -> tuple[Any, threading.Thread]:
-    """A worker running in a thread whose attempts so far were short (so it prefetches)."""
+def started(app: App, step: Any, **options: Any) -> tuple[Any, threading.Thread]:
+    """A worker running in a thread, prefetching: "short" is under 1 s here, so a busy host cannot
+    turn it off; warmed up, so it has measured its attempts."""
     w = app.worker(poll_interval=0.02, **options)
+    w.PREFETCH_BELOW = 1.0
     app._wake_hooks.append(w._wake.set)
     t = threading.Thread(target=w.run, daemon=True)
     t.start()
     step.enqueue_many([{"args": [i], "key": f"warm{i}"} for i in range(4)])
-    wait_until(lambda: all(app.get(f"warm{i}").state == State.SUCCEEDED for i in range(4)), 20, "warm-up jobs")
-    wait_until(lambda: w._pace is not None, 5, "the worker to measure its attempts")
+    wait_until(lambda: w._prefetching() > 0, 20, "the worker to measure its attempts")
     return w, t
 
 
-def test_a_prefetched_jobs_timeout_counts_from_its_start_not_its_claim(app: App) -> None:
-    probe = Probe(app)
-    step = declare(app, probe)
-    gate = threading.Event()
-
-    @app.job(timeout=0.3)
-    def timed(ctx: Any, mode: str) -> str:
+def gated_job(app: App, gate: threading.Event, **options: Any) -> Any:
+    @app.job(**options)
+    def gated(ctx: Any, mode: str) -> str:
         if mode == "hold":
             gate.wait(10)
         return mode
 
-    w, t = warmed(app, probe, step, concurrency=1, prefetch=1)
+    return gated
+
+
+def test_a_prefetched_jobs_timeout_counts_from_its_start_not_its_claim(app: App) -> None:
+    step = declare(app)
+    gate = threading.Event()
+    gated = gated_job(app, gate, timeout=0.3)
+    w, t = started(app, step, concurrency=1, prefetch=1)
+    w.PREFETCH_WAIT = 10.0  # quick must wait its turn here, not be given back
     # One transaction, so one claim takes both (limit 1 + 1): "quick" waits behind "hold".
-    timed.enqueue_many([{"args": ["hold"], "key": "hold"}, {"args": ["quick"], "key": "quick"}])
+    gated.enqueue_many([{"args": ["hold"], "key": "hold"}, {"args": ["quick"], "key": "quick"}])
     wait_until(lambda: app.get("quick").state == State.RUNNING, 10, "quick to be claimed with hold")
     time.sleep(0.6)  # quick has been claimed for twice its timeout, but has not started
     gate.set()
@@ -131,27 +126,46 @@ def test_a_prefetched_jobs_timeout_counts_from_its_start_not_its_claim(app: App)
     t.join(10)
 
 
-def test_stop_gives_a_prefetched_job_back_without_using_an_attempt(app: App) -> None:
-    probe = Probe(app)
-    step = declare(app, probe)
+def test_a_prefetched_job_that_waits_too_long_is_given_back_for_another_worker(app: App) -> None:
+    step = declare(app)
     gate = threading.Event()
+    gated = gated_job(app, gate)
+    w, t = started(app, step, concurrency=1, prefetch=1)
+    w.PREFETCH_WAIT = 0.3
+    gated.enqueue_many([{"args": ["hold"], "key": "hold"}, {"args": ["quick"], "key": "quick"}])
+    wait_until(lambda: app.get("quick").state == State.RUNNING, 10, "quick to be claimed with hold")
+    # hold keeps the one thread; after 0.3 s quick is given back, and another worker runs it
+    wait_until(lambda: app.get("quick").state != State.RUNNING, 10, "quick to be given back")
+    other = app.worker(["default"], burst=True, concurrency=1, prefetch=0)
+    assert other.run().succeeded == 1
+    quick = app.get("quick")
+    assert quick.state == State.SUCCEEDED and [a.outcome for a in quick.trace] == ["interrupted", "succeeded"]
+    assert quick.attempt == 1  # the attempt it waited in was given back
+    assert app.get("hold").state == State.RUNNING  # still on the first worker's thread
+    gate.set()
+    wait_until(lambda: app.get("hold").state == State.SUCCEEDED, 10, "hold to finish")
+    w.stop()
+    t.join(10)
 
-    @app.job()
-    def gated(ctx: Any, mode: str) -> str:
-        if mode == "hold":
-            gate.wait(10)
-        return mode
 
-    w, t = warmed(app, probe, step, concurrency=1, prefetch=2)
+def test_stop_gives_prefetched_jobs_back_at_once_without_using_an_attempt(app: App) -> None:
+    step = declare(app)
+    gate = threading.Event()
+    gated = gated_job(app, gate)
+    w, t = started(app, step, concurrency=1, prefetch=2)
+    w.PREFETCH_WAIT = 10.0
     gated.enqueue_many([{"args": [m], "key": m} for m in ("hold", "waiting-1", "waiting-2")])
     wait_until(lambda: app.get("waiting-2").state == State.RUNNING, 10, "both to be prefetched behind hold")
     w.stop()
-    gate.set()  # hold finishes within the grace period; the two behind it never start
-    t.join(10)
-    assert not t.is_alive()
-    assert app.get("hold").state == State.SUCCEEDED
-    for key in ("waiting-1", "waiting-2"):
+    # given back while hold still runs: they do not wait for the grace period
+    keys = ("waiting-1", "waiting-2")
+    wait_until(lambda: all(app.get(k).state != State.RUNNING for k in keys), 10, "the two to be given back")
+    assert app.get("hold").state == State.RUNNING
+    for key in keys:
         job = app.get(key)
         assert job.state in (State.QUEUED, State.SCHEDULED) and job.attempt == 0, (key, job.state, job.attempt)
         assert [a.outcome for a in job.trace] == ["interrupted"]
+    gate.set()  # hold finishes within the grace period
+    t.join(10)
+    assert not t.is_alive() and app.get("hold").state == State.SUCCEEDED
     assert app.work(burst=True).succeeded == 2  # and they run on the next worker
