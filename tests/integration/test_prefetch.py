@@ -98,25 +98,27 @@ def started(app: App, step: Any, **options: Any) -> tuple[Any, threading.Thread]
     return w, t
 
 
-def gated_job(app: App, gate: threading.Event, **options: Any) -> Any:
-    @app.job(**options)
+def behind_hold(app: App, gate: threading.Event, keys: tuple[str, ...], wait: float,
+                **job_options: Any) -> tuple[Any, threading.Thread]:
+    """A prefetching worker of one thread (``PREFETCH_WAIT`` = ``wait``) whose one claim took a job
+    "hold", which runs until ``gate`` is set, and ``keys``, which wait behind it."""
+    @app.job(**job_options)
     def gated(ctx: Any, mode: str) -> str:
         if mode == "hold":
             gate.wait(10)
         return mode
 
-    return gated
+    w, t = started(app, declare(app), concurrency=1, prefetch=len(keys))
+    w.PREFETCH_WAIT = wait
+    # One transaction, so one claim takes them all (limit 1 + len(keys)), "hold" first.
+    gated.enqueue_many([{"args": [k], "key": k} for k in ("hold", *keys)])
+    wait_until(lambda: all(app.get(k).state == State.RUNNING for k in keys), 10, "the claim to take them all")
+    return w, t
 
 
 def test_a_prefetched_jobs_timeout_counts_from_its_start_not_its_claim(app: App) -> None:
-    step = declare(app)
     gate = threading.Event()
-    gated = gated_job(app, gate, timeout=0.3)
-    w, t = started(app, step, concurrency=1, prefetch=1)
-    w.PREFETCH_WAIT = 10.0  # quick must wait its turn here, not be given back
-    # One transaction, so one claim takes both (limit 1 + 1): "quick" waits behind "hold".
-    gated.enqueue_many([{"args": ["hold"], "key": "hold"}, {"args": ["quick"], "key": "quick"}])
-    wait_until(lambda: app.get("quick").state == State.RUNNING, 10, "quick to be claimed with hold")
+    w, t = behind_hold(app, gate, ("quick",), 10.0, timeout=0.3)  # quick waits its turn, not given back
     time.sleep(0.6)  # quick has been claimed for twice its timeout, but has not started
     gate.set()
     wait_until(lambda: app.get("quick").state == State.SUCCEEDED, 10, "quick to run")
@@ -127,13 +129,8 @@ def test_a_prefetched_jobs_timeout_counts_from_its_start_not_its_claim(app: App)
 
 
 def test_a_prefetched_job_that_waits_too_long_is_given_back_for_another_worker(app: App) -> None:
-    step = declare(app)
     gate = threading.Event()
-    gated = gated_job(app, gate)
-    w, t = started(app, step, concurrency=1, prefetch=1)
-    w.PREFETCH_WAIT = 0.3
-    gated.enqueue_many([{"args": ["hold"], "key": "hold"}, {"args": ["quick"], "key": "quick"}])
-    wait_until(lambda: app.get("quick").state == State.RUNNING, 10, "quick to be claimed with hold")
+    w, t = behind_hold(app, gate, ("quick",), 0.3)
     # hold keeps the one thread; after 0.3 s quick is given back, and another worker runs it
     wait_until(lambda: app.get("quick").state != State.RUNNING, 10, "quick to be given back")
     other = app.worker(["default"], burst=True, concurrency=1, prefetch=0)
@@ -149,16 +146,11 @@ def test_a_prefetched_job_that_waits_too_long_is_given_back_for_another_worker(a
 
 
 def test_stop_gives_prefetched_jobs_back_at_once_without_using_an_attempt(app: App) -> None:
-    step = declare(app)
     gate = threading.Event()
-    gated = gated_job(app, gate)
-    w, t = started(app, step, concurrency=1, prefetch=2)
-    w.PREFETCH_WAIT = 10.0
-    gated.enqueue_many([{"args": [m], "key": m} for m in ("hold", "waiting-1", "waiting-2")])
-    wait_until(lambda: app.get("waiting-2").state == State.RUNNING, 10, "both to be prefetched behind hold")
+    keys = ("waiting-1", "waiting-2")
+    w, t = behind_hold(app, gate, keys, 10.0)
     w.stop()
     # given back while hold still runs: they do not wait for the grace period
-    keys = ("waiting-1", "waiting-2")
     wait_until(lambda: all(app.get(k).state != State.RUNNING for k in keys), 10, "the two to be given back")
     assert app.get("hold").state == State.RUNNING
     for key in keys:
