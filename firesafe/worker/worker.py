@@ -80,19 +80,14 @@ class Worker:
         self.lease = lease or app.lease
         self.poll_interval = poll_interval
         self.grace = grace
-        # Jobs claimed beyond the threads, to start as soon as a thread is free (see _prefetching).
-        # Off when the app has a job of a single attempt (a prefetched job lost with its worker uses
-        # an attempt: such a job would go dead without having run; any queue, since enqueue may
-        # override a job's queue) or limiters (a waiting job would hold its tokens).
-        self.prefetch = self.concurrency if prefetch is None else max(0, prefetch)
-        if any(j.max_attempts == 1 for j in app.jobs.values()):
-            self.prefetch = 0
-        self.batch = batch or self.concurrency + self.prefetch
         self._starting = threading.Lock()  # a pool thread starting a waiting job vs the loop withdrawing it
         self._pace: float | None = None  # moving average of attempt durations (seconds)
         self.max_lost = max_lost
         self.rescue_interval = rescue_interval or min(5.0, self.lease / 3)
         self.heartbeat_interval = self.lease / 3
+        # A job that waited for a thread starts only while its lease surely holds: this long after
+        # the claim or the last heartbeat, a heartbeat's margin before the lease would run out.
+        self._startable_for = self.lease - self.heartbeat_interval
         self.random = random.Random(seed)
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.stats = WorkerStats()
@@ -120,8 +115,14 @@ class Worker:
             from firesafe.limits.gate import Gate
 
             self._limits = Gate(self)
+        # Jobs claimed beyond the threads, to start as soon as a thread is free (see _prefetching).
+        # Off with limiters (a waiting job would hold its tokens) and when the app has a job of a
+        # single attempt (a prefetched job lost with its worker uses an attempt: such a job would go
+        # dead without having run; any queue, since enqueue may override a job's queue).
+        self.prefetch = self.concurrency if prefetch is None else max(0, prefetch)
+        if self._limits is not None or any(j.max_attempts == 1 for j in app.jobs.values()):
             self.prefetch = 0
-            self.batch = batch or self.concurrency
+        self.batch = batch or self.concurrency + self.prefetch
 
     # -- control -----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -235,8 +236,9 @@ class Worker:
         wait = self.poll_interval
         if self._linger_until is not None:
             wait = min(wait, max(0.0, self._linger_until - time.monotonic()))
-        deadlines = [r.deadline if r.started is not None else r.claimed_at + self.PREFETCH_WAIT
-                     for r in self._running.values() if not r.done and (r.deadline or r.started is None)]
+        # Attempts end by their deadline; jobs waiting for a thread are given back after PREFETCH_WAIT.
+        deadlines = [r.claimed_at + self.PREFETCH_WAIT if r.started is None else r.deadline
+                     for r in self._running.values() if not r.done and (r.started is None or r.deadline)]
         if deadlines:
             wait = min(wait, max(0.0, min(deadlines) - time.monotonic()))
         if self._limits is not None:  # wake when jobs given back to a limiter come up
@@ -342,9 +344,7 @@ class Worker:
                       store=self.store, app=self.app, token=claimed.token, is_async=jobdef.is_async)
         timeout = jobdef.timeout if (jobdef.timeout and not jobdef.is_async) else None
         now = time.monotonic()
-        # A job that waited for a thread starts only while its lease surely holds: a heartbeat's
-        # margin before it would expire (heartbeats renew it, see _heartbeat).
-        running = _Running(claimed, ctx, now, now + self.lease - self.heartbeat_interval)
+        running = _Running(claimed, ctx, now, now + self._startable_for)
         self._running[(job.id, job.runs)] = running
 
         def task() -> None:
@@ -501,14 +501,14 @@ class Worker:
         held = self.store.job_heartbeat_many([(r.claimed.job.id, r.claimed.token) for r in live], self.lease)
         for r in live:
             job_id = r.claimed.job.id
-            if job_id in held:
-                r.lease_until = beat + self.lease - self.heartbeat_interval
             if job_id not in held:
                 log.warning("lease of %s was lost (rescued elsewhere?); asking the attempt to stop",
                             r.claimed.job.key)
                 r.ctx._request_cancel()
                 r.done = True
-            elif held[job_id]:
+                continue
+            r.lease_until = beat + self._startable_for
+            if held[job_id]:
                 r.ctx._request_cancel()
 
     def _rescue(self) -> None:
