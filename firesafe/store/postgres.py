@@ -37,6 +37,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -87,6 +88,10 @@ def parse_url(url: str) -> tuple[str, str]:
     Traceback (most recent call last):
     ...
     firesafe.errors.ConfigError: invalid schema ...
+    >>> parse_url("postgresql://%a0@db/app")
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.ConfigError: the store URL has a %XX escape that does not decode to UTF-8 text ...
     """
     parts = urlsplit(url)
     # Split the query by hand: libpq decodes %XX but not '+', so the other parameters pass verbatim.
@@ -100,7 +105,15 @@ def parse_url(url: str) -> tuple[str, str]:
             f"invalid schema {schema!r} in the store URL: use 1 to 48 lower-case letters, digits or '_', "
             "starting with a letter or '_' (and not pg_*)")
     rest = "&".join(p for p in pairs if p.partition("=")[0] != "schema")
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), schema
+    libpq = urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment))
+    try:  # libpq decodes %XX escapes into bytes, which psycopg then reads as UTF-8
+        conninfo_to_dict(libpq)
+    except UnicodeDecodeError:
+        raise ConfigError("the store URL has a %XX escape that does not decode to UTF-8 text (in the user, "
+                          "password, database or a parameter); escape each byte of the UTF-8 text") from None
+    except psycopg.Error:
+        pass  # reported with its cause when a connection is made
+    return libpq, schema
 
 
 def _where(url: str) -> str:

@@ -221,6 +221,13 @@ def test_a_bad_schema_name_is_a_clear_error(bad: str) -> None:
         open_store(f"postgresql://postgres@127.0.0.1:5432/test?schema={bad}")
 
 
+@pytest.mark.parametrize("url", ["postgresql://%a0@127.0.0.1:5432/test", "postgresql://postgres@127.0.0.1/t%ff",
+                                 "postgresql://postgres@127.0.0.1/test?application_name=%c3%28&schema=ok"])
+def test_an_escape_that_is_not_utf8_is_a_clear_error_before_any_connection(url: str) -> None:
+    with pytest.raises(ConfigError, match="does not decode to UTF-8"):
+        open_store(url)
+
+
 def test_an_unreachable_server_is_a_clear_store_error() -> None:
     store = open_store("postgresql://postgres@127.0.0.1:1/test", timeout=1.0)
     try:
