@@ -18,6 +18,8 @@ import firesafe  # noqa: E402
 from firesafe import App  # noqa: E402
 
 STORAGE = os.environ.get("PEERS_STORAGE", "sqlite")
+#: An A/B knob: a worker prefetch other than the default (``PEERS_FIRESAFE_PREFETCH=0`` turns it off).
+PREFETCH = os.environ.get("PEERS_FIRESAFE_PREFETCH")
 
 
 def build_app(url: str) -> tuple[App, Any]:
@@ -34,8 +36,8 @@ class Firesafe(Peer):
     storage = STORAGE
     name = f"firesafe-{STORAGE}"
     bulk_api = "enqueue_many"
-    worker_note = ("app.work(concurrency={c}): {c} threads; while attempts are short it claims up to {c} more "
-                   "(prefetch, its default)")
+    worker_note = ("app.work(concurrency={c}): {c} threads; while attempts are short it claims more, as many "
+                   "as the threads run in 20 ms, up to 128 held in all (prefetch, its default)")
     recovery_note = "lease 30 s (default): a dead worker's attempts are rescued as lost, then retried"
 
     def __init__(self) -> None:
@@ -82,7 +84,7 @@ class Firesafe(Peer):
 
     def work(self, concurrency: int, recovery: bool) -> None:
         app, _ = build_app(self.url)
-        app.work(concurrency=concurrency)
+        app.work(concurrency=concurrency, **({} if PREFETCH is None else {"prefetch": int(PREFETCH)}))
 
 
 if __name__ == "__main__":

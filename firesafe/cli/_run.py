@@ -56,8 +56,10 @@ def _watch_parent(worker: Any) -> None:
               help="Attempts run at once in each process (threads).")
 @click.option("--prefetch", type=click.IntRange(0, 4096), default=None, metavar="N",
               help="Jobs each process may claim beyond its free threads while its attempts are short "
-                   "(under 20 ms on average), so one commit saves more outcomes [default: the concurrency; "
-                   "0 turns it off]. A prefetched job waits in the worker, its lease held.")
+                   "(under 20 ms on average), so one commit saves more outcomes [default: as many as the "
+                   "threads run in about 20 ms, at least the concurrency, at most 128 jobs held in all "
+                   "(or twice the concurrency); N fixes it; 0 turns it off]. A prefetched job waits in the "
+                   "worker, its lease held.")
 @click.option("--processes", "-p", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Worker processes; above 1 a supervisor starts, watches and restarts them.")
 @click.option("--burst", is_flag=True, help="Exit once nothing is runnable (scripts, tests, cron).")

@@ -115,11 +115,15 @@ class Worker:
             from firesafe.limits.gate import Gate
 
             self._limits = Gate(self)
-        # Jobs claimed beyond the threads, to start as soon as a thread is free (see _prefetching).
-        # Off with limiters (a waiting job would hold its tokens) and when the app has a job of a
-        # single attempt (a prefetched job lost with its worker uses an attempt: such a job would go
-        # dead without having run; any queue, since enqueue may override a job's queue).
-        self.prefetch = self.concurrency if prefetch is None else max(0, prefetch)
+        # Jobs claimed beyond the threads, to start as soon as a thread is free (see _prefetching):
+        # ``prefetch`` is the most; None sizes it by the attempts' pace, from the concurrency up to
+        # PREFETCH_HOLD jobs held in all. Off with limiters (a waiting job would hold its tokens) and
+        # when the app has a job of a single attempt (a prefetched job lost with its worker uses an
+        # attempt: such a job would go dead without having run; any queue, since enqueue may
+        # override a job's queue).
+        self._prefetch_sized = prefetch is None
+        self.prefetch = (max(self.concurrency, self.PREFETCH_HOLD - self.concurrency) if prefetch is None
+                         else max(0, prefetch))
         if self._limits is not None or any(j.max_attempts == 1 for j in app.jobs.values()):
             self.prefetch = 0
         self.batch = batch or self.concurrency + self.prefetch
@@ -157,8 +161,9 @@ class Worker:
         faults = 0
         last_beat = last_rescue = last_prune = 0.0
         stop_at: float | None = None
-        log.info("worker %s started: queues=%s concurrency=%d prefetch=%d", self.id, ",".join(self.queues),
-                 self.concurrency, self.prefetch)
+        log.info("worker %s started: queues=%s concurrency=%d prefetch=%s", self.id, ",".join(self.queues),
+                 self.concurrency, f"up to {self.prefetch}" if self._prefetch_sized and self.prefetch
+                 else self.prefetch)
         try:
             while True:
                 try:
@@ -290,20 +295,31 @@ class Worker:
     PREFETCH_BELOW = 0.02
     #: A prefetched job that waited this long for a thread is given back for other workers (seconds).
     PREFETCH_WAIT = 1.0
+    #: A prefetch sized by the pace (the default) holds at most this many jobs, running and waiting,
+    #: or twice the concurrency if that is more.
+    PREFETCH_HOLD = 128
 
     def _prefetching(self) -> int:
-        """How many jobs to claim beyond the free threads: ``prefetch`` while attempts are short, else 0.
+        """How many jobs to claim beyond the free threads while attempts are short, else 0.
 
         Each batch of outcomes costs one commit (a disk flush on SQLite, a round trip and a WAL flush
-        on PostgreSQL). With short jobs that commit, not the jobs, sets the pace: claiming up to
-        ``concurrency + prefetch`` saves more outcomes per commit, and a thread that frees up starts
-        a waiting job at once instead of after the next commit. A prefetched job waits behind the
-        running ones, so only while their moving average (each attempt weighs a fifth) is under
-        ``PREFETCH_BELOW``; a job that waits ``PREFETCH_WAIT`` all the same is given back (see
-        :meth:`_withdraw`). Off entirely for some apps (see ``__init__``)."""
-        if self.prefetch and self._pace is not None and self._pace < self.PREFETCH_BELOW:
+        on PostgreSQL). With short jobs that commit, not the jobs, sets the pace: claiming beyond the
+        threads saves more outcomes per commit, and a thread that frees up starts a waiting job at
+        once instead of after the next commit. A prefetched job waits behind the running ones, so
+        only while their moving average (each attempt weighs a fifth) is under ``PREFETCH_BELOW``;
+        a job that waits ``PREFETCH_WAIT`` all the same is given back (see :meth:`_withdraw`). Off
+        entirely for some apps (see ``__init__``).
+
+        How many: ``prefetch`` if it was given. By default, as many as the threads run in about
+        ``PREFETCH_BELOW`` at the current pace (k waiting jobs wait about k x pace / concurrency
+        for the last to start), at least the concurrency and at most ``self.prefetch``."""
+        pace = self._pace
+        if not self.prefetch or pace is None or pace >= self.PREFETCH_BELOW:
+            return 0
+        if not self._prefetch_sized:
             return self.prefetch
-        return 0
+        within = int(self.concurrency * self.PREFETCH_BELOW / max(pace, 1e-6))
+        return max(self.concurrency, min(self.prefetch, within))
 
     def _note_duration(self, seconds: float) -> None:
         self._pace = seconds if self._pace is None else self._pace + 0.2 * (seconds - self._pace)

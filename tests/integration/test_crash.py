@@ -44,7 +44,7 @@ def test_sigkilled_worker_job_is_rescued_and_its_effect_lands_exactly_once(world
 
 
 def test_a_killed_workers_prefetched_job_is_rescued_as_lost_although_it_never_started(world: World) -> None:
-    # Given a worker of one thread whose attempts so far were short, so it prefetches one job ("short"
+    # Given a worker of one thread whose attempts so far were short, so it prefetches ("short"
     # is under 1 s here rather than 20 ms: the warm-up jobs' effects write to disk, slow on a busy host)
     effect = world.app.jobs["effect"]
     effect.enqueue_many([{"key": f"warm{i}"} for i in range(20)])

@@ -1,4 +1,5 @@
-"""Prefetch: a worker whose attempts are short claims up to ``concurrency + prefetch`` jobs at once.
+"""Prefetch: a worker whose attempts are short claims jobs beyond its threads (by default as many as
+they run in about 20 ms, up to 128 held in all; ``prefetch=N`` fixes the number).
 
 No prefetch once attempts run long, with ``prefetch=0``, for an app with a job of ``max_attempts=1``
 or with limiters; a prefetched job's timeout counts from its real start; a prefetched job that waits
@@ -60,10 +61,33 @@ def test_short_jobs_are_claimed_beyond_the_threads(app: App) -> None:
     probe = Probe(app)
     step = declare(app)
     step.enqueue_many([{"args": [i], "key": f"s{i}"} for i in range(300)])
-    assert app.work(burst=True, concurrency=3).succeeded == 300
+    assert app.work(burst=True, concurrency=3, prefetch=3).succeeded == 300
     assert probe.limits[0] == 3  # nothing measured yet: no prefetch on the first claim
-    assert max(probe.limits) == 6  # then concurrency + prefetch (its default: the concurrency)
+    assert max(probe.limits) == 6  # then concurrency + prefetch
     assert max(probe.sizes) == 6  # and claims took twice the threads at once
+
+
+def test_by_default_the_prefetch_follows_the_pace_up_to_the_hold(app: App) -> None:
+    probe = Probe(app)
+    step = declare(app)
+    step.enqueue_many([{"args": [i], "key": f"s{i}"} for i in range(1000)])
+    w = app.worker(["default"], burst=True, concurrency=3)
+    assert w.prefetch == w.PREFETCH_HOLD - 3  # the most it may hold beyond the threads
+    w.PREFETCH_BELOW = 1.0  # "short" is under 1 s here, so a busy host cannot make the no-op jobs long
+    assert w.run().succeeded == 1000
+    # 3 threads run far more no-op attempts than the hold in a second, so claims reached the hold:
+    # 128 jobs at once, not 6.
+    assert probe.limits[0] == 3 and max(probe.limits) == w.PREFETCH_HOLD
+    assert max(probe.sizes) == w.PREFETCH_HOLD
+    # The size follows the pace: k waiting jobs wait about k x pace / concurrency for the last to
+    # start, kept near PREFETCH_BELOW (20 ms).
+    del w.PREFETCH_BELOW
+    for pace, expected in [(0.019, 3), (0.01, 6), (0.002, 30), (0.0001, w.PREFETCH_HOLD - 3), (0.05, 0)]:
+        w._pace = pace
+        assert w._prefetching() == expected, pace
+    # An explicit prefetch is the number, whatever the pace; twice the concurrency for a large one.
+    assert app.worker(["default"], concurrency=3, prefetch=5).prefetch == 5
+    assert app.worker(["default"], concurrency=100).prefetch == 100
 
 
 @pytest.mark.parametrize("how", ["long attempts", "prefetch=0", "a job of max_attempts=1", "limiters"])
@@ -82,7 +106,8 @@ def test_no_prefetch_with_long_attempts_when_turned_off_or_for_some_apps(app: Ap
     w = app.worker(["default"], burst=True, concurrency=2, **options)
     assert w.run().succeeded == 24
     assert max(probe.limits) == 2 and max(probe.sizes) == 2
-    assert w.prefetch == (2 if how == "long attempts" else 0)
+    assert w.prefetch == (w.PREFETCH_HOLD - 2 if how == "long attempts" else 0)
+    assert w._prefetching() == 0
 
 
 def started(app: App, step: Any, **options: Any) -> tuple[Any, threading.Thread]:
