@@ -162,7 +162,7 @@ class Worker:
         last_beat = last_rescue = last_prune = 0.0
         stop_at: float | None = None
         log.info("worker %s started: queues=%s concurrency=%d prefetch=%s", self.id, ",".join(self.queues),
-                 self.concurrency, f"up to {self.prefetch}" if self._prefetch_sized and self.prefetch
+                 self.concurrency, f"paced(max={self.prefetch})" if self._prefetch_sized and self.prefetch
                  else self.prefetch)
         try:
             while True:
@@ -286,10 +286,17 @@ class Worker:
             # Looking for suspects that are not there scans the waiting jobs (no index has `lost`):
             # a worker draining a backlog is idle between every two batches, so look once per poll.
             self._idle_probe_at = time.monotonic() + self.poll_interval
-        free = self.concurrency + self._prefetching() - len(staying)
+        free = min(self.concurrency + self._prefetching() - len(staying), self.batch)
         if free <= 0:
             return []
-        return self._take(min(free, self.batch), suspects=False)
+        return self._take(self._claim_size(free), suspects=False)
+
+    @staticmethod
+    def _claim_size(free: int) -> int:
+        """How many to claim when ``free`` could be: from 32 up, a multiple of 16. Each claim size is a
+        statement of its own on PostgreSQL (the limit is written into its text, see the store), and a
+        connection keeps only so many prepared: this keeps them to 38 whatever the prefetch."""
+        return free - free % 16 if free >= 32 else free
 
     #: Prefetch only while attempts average less than this (seconds).
     PREFETCH_BELOW = 0.02

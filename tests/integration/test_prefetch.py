@@ -74,6 +74,7 @@ def test_by_default_the_prefetch_follows_the_pace_up_to_the_hold(app: App) -> No
     w = app.worker(["default"], burst=True, concurrency=3)
     assert w.prefetch == w.PREFETCH_HOLD - 3  # the most it may hold beyond the threads
     w.PREFETCH_BELOW = 1.0  # "short" is under 1 s here, so a busy host cannot make the no-op jobs long
+    w.LINGER = 1.0  # and the outcomes of a batch are saved together (at once when all are back)
     assert w.run().succeeded == 1000
     # 3 threads run far more no-op attempts than the hold in a second, so claims reached the hold:
     # 128 jobs at once, not 6.
@@ -85,6 +86,8 @@ def test_by_default_the_prefetch_follows_the_pace_up_to_the_hold(app: App) -> No
     for pace, expected in [(0.019, 3), (0.01, 6), (0.002, 30), (0.0001, w.PREFETCH_HOLD - 3), (0.05, 0)]:
         w._pace = pace
         assert w._prefetching() == expected, pace
+    # Claims from 32 up are multiples of 16 (each size is a prepared statement on PostgreSQL).
+    assert [w._claim_size(n) for n in (1, 6, 31, 32, 47, 48, 127, 128)] == [1, 6, 31, 32, 32, 48, 112, 128]
     # An explicit prefetch is the number, whatever the pace; twice the concurrency for a large one.
     assert app.worker(["default"], concurrency=3, prefetch=5).prefetch == 5
     assert app.worker(["default"], concurrency=100).prefetch == 100
