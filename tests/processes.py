@@ -90,18 +90,23 @@ def running_on(store: Any, pid: int) -> list[Job]:
             if j.worker and f":{pid}:" in j.worker]
 
 
+def sqlite_unlocked(path: str | Path) -> bool:
+    """Whether nobody holds the write lock of the SQLite file ``path``."""
+    conn = sqlite3.connect(path, timeout=0.2, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        conn.close()
+
+
 def lock_free(store: Any, job_ids: Sequence[int]) -> bool:
     """Whether nobody holds the SQLite write lock (or, on PostgreSQL, the rows of ``job_ids``)."""
     if store.dialect == "sqlite":
-        conn = sqlite3.connect(store.path, timeout=0.2, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("ROLLBACK")
-            return True
-        except sqlite3.OperationalError:
-            return False
-        finally:
-            conn.close()
+        return sqlite_unlocked(store.path)
     import psycopg
     from psycopg import sql
 

@@ -21,7 +21,7 @@ from firesafe import App, Job, State
 from firesafe.rerun.steps import step_key
 from firesafe.store.base import JobFilter
 from tests.drills.procs import Provider, build_app
-from tests.processes import Proc, lock_free, logs, pause, running_on, wait_until
+from tests.processes import Proc, lock_free, logs, pause, running_on, sqlite_unlocked, wait_until
 
 __all__ = ["SOAK", "Drill", "Proc", "wait_until"]
 
@@ -110,9 +110,11 @@ class Drill:
                 return out
 
     def pause(self, proc: Proc) -> None:
-        """SIGSTOP ``proc`` at a moment it holds no store lock (a process stopped inside a write
-        transaction stalls every writer of a SQLite file, which is not what a zombie drill is about)."""
-        pause(proc, lambda: lock_free(self.app.store, [j.id for j in self.running_on(proc.pid)]))
+        """SIGSTOP ``proc`` at a moment it holds no store lock and no lock of the provider's log (a
+        process stopped inside a write transaction stalls every writer of a SQLite file, which is
+        not what a zombie drill is about: a rescuer's call to the provider would wait for it)."""
+        pause(proc, lambda: lock_free(self.app.store, [j.id for j in self.running_on(proc.pid)])
+              and sqlite_unlocked(self.provider.db))
 
     # -- the pass criteria ---------------------------------------------------------------------
     def dead_letter_alerts(self) -> Counter[int]:

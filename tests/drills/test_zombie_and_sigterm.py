@@ -9,11 +9,8 @@ import time
 from firesafe import State
 from tests.drills.conftest import Drill, wait_until
 
-#: The zombie's lease: it is stopped for three of them. The rescue must end within the stop: the
-#: leases run out, a rescue pass (every third of a lease) finds them, and each job, a suspect, runs
-#: alone for about a second. 5.5 s of 9 with a lease of 3 s on a quiet host, over 9 s on a loaded one;
-#: 4 s leaves a third of the stop to spare.
-ZOMBIE_LEASE = 4.0
+#: The zombie's lease: it is stopped for three of them.
+ZOMBIE_LEASE = 3.0
 
 
 def test_zombie_stopped_for_three_lease_periods_changes_nothing_when_it_wakes(drill: Drill) -> None:
