@@ -116,6 +116,18 @@ def parse_url(url: str) -> tuple[str, str]:
     return libpq, schema
 
 
+def _claim_limit(limit: int) -> int:
+    """The row limit written into a claim's text: from 32 up, a multiple of 16 (a claim takes up to
+    its limit, so fewer is allowed). Each limit is a prepared statement of its own, and a connection
+    keeps only so many (psycopg: 100); a worker's claims range over 1 to 128 and more, this keeps
+    them to 38 texts up to 128.
+
+    >>> [_claim_limit(n) for n in (1, 6, 31, 32, 47, 48, 127, 128)]
+    [1, 6, 31, 32, 32, 48, 112, 128]
+    """
+    return limit - limit % 16 if limit >= 32 else limit
+
+
 def _where(url: str) -> str:
     """Where a URL points, without its password."""
     parts = urlsplit(url)
@@ -580,14 +592,15 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
 
     def _claim_sql(self, params: ClaimParams) -> str:
         """job_claim with its row limit and its test of ``lost`` written in (see the query's comment):
-        one text, so one prepared statement, per limit and kind of claim."""
+        one text, so one prepared statement, per limit and kind of claim (limits rounded, see
+        :func:`_claim_limit`)."""
         limit, suspects = params.limit, bool(params.suspects)
         text = self._claim_texts.get((limit, suspects))
         if text is None:
             if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
                 raise ValueError(f"a claim's limit must be a whole number >= 0, not {limit!r}")
             lost = "j.lost > 0" if suspects else "j.lost = 0"
-            text = self.q["job_claim"].replace("{limit}", str(limit)).replace("{lost}", lost)
+            text = self.q["job_claim"].replace("{limit}", str(_claim_limit(limit))).replace("{lost}", lost)
             self._claim_texts[(limit, suspects)] = text
         return text
 

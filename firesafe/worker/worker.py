@@ -289,14 +289,7 @@ class Worker:
         free = min(self.concurrency + self._prefetching() - len(staying), self.batch)
         if free <= 0:
             return []
-        return self._take(self._claim_size(free), suspects=False)
-
-    @staticmethod
-    def _claim_size(free: int) -> int:
-        """How many to claim when ``free`` could be: from 32 up, a multiple of 16. Each claim size is a
-        statement of its own on PostgreSQL (the limit is written into its text, see the store), and a
-        connection keeps only so many prepared: this keeps them to 38 whatever the prefetch."""
-        return free - free % 16 if free >= 32 else free
+        return self._take(free, suspects=False)
 
     #: Prefetch only while attempts average less than this (seconds).
     PREFETCH_BELOW = 0.02

@@ -86,8 +86,6 @@ def test_by_default_the_prefetch_follows_the_pace_up_to_the_hold(app: App) -> No
     for pace, expected in [(0.019, 3), (0.01, 6), (0.002, 30), (0.0001, w.PREFETCH_HOLD - 3), (0.05, 0)]:
         w._pace = pace
         assert w._prefetching() == expected, pace
-    # Claims from 32 up are multiples of 16 (each size is a prepared statement on PostgreSQL).
-    assert [w._claim_size(n) for n in (1, 6, 31, 32, 47, 48, 127, 128)] == [1, 6, 31, 32, 32, 48, 112, 128]
     # An explicit prefetch is the number, whatever the pace; twice the concurrency for a large one.
     assert app.worker(["default"], concurrency=3, prefetch=5).prefetch == 5
     assert app.worker(["default"], concurrency=100).prefetch == 100
