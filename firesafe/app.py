@@ -425,19 +425,33 @@ class App:
         return Worker(self, queues, **options)
 
     def work(self, queues: Sequence[str] | None = None, *, burst: bool = False, concurrency: int = 8,
-             **options: Any) -> Any:
+             lanes: int | None = None, **options: Any) -> Any:
         """Run a worker in this process; with ``burst`` return once nothing is runnable.
 
         ``wait_scheduled=True`` (with ``burst``) also waits for jobs scheduled later (retries).
+        ``lanes``: claim loops sharing the ``concurrency`` threads (default: 2 on PostgreSQL, 1 on
+        SQLite; see docs/operations.md).
         """
-        w = self.worker(queues, burst=burst, concurrency=concurrency, **options)
+        w = self._runner(queues, lanes, burst=burst, concurrency=concurrency, **options)
         if threading.current_thread() is threading.main_thread() and not burst:
             w.install_signal_handlers()
-        self._wake_hooks.append(w._wake.set)
+        self._wake_hooks.append(w.wake)
         try:
             return w.run()
         finally:
-            self._wake_hooks.remove(w._wake.set)
+            self._wake_hooks.remove(w.wake)
+
+    def _runner(self, queues: Sequence[str] | None, lanes: int | None, **options: Any) -> Any:
+        """One worker, or several claim loops in this process (firesafe/worker/lanes.py)."""
+        if lanes is None:
+            lanes = self.store.worker_lanes
+        if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1:
+            raise ConfigError(f"lanes must be a whole number >= 1, not {lanes!r}")
+        if lanes == 1 or options.get("concurrency", 8) < 2:
+            return self.worker(queues, **options)
+        from firesafe.worker.lanes import Lanes
+
+        return Lanes(self, queues, lanes=lanes, **options)
 
     # -- the event inbox ---------------------------------------------------------------------
     @property

@@ -20,6 +20,8 @@ from firesafe import App  # noqa: E402
 STORAGE = os.environ.get("PEERS_STORAGE", "sqlite")
 #: An A/B knob: a worker prefetch other than the default (``PEERS_FIRESAFE_PREFETCH=0`` turns it off).
 PREFETCH = os.environ.get("PEERS_FIRESAFE_PREFETCH")
+#: An A/B knob: claim loops per worker process other than the store's default (``PEERS_FIRESAFE_LANES=1``).
+LANES = os.environ.get("PEERS_FIRESAFE_LANES")
 
 
 def build_app(url: str) -> tuple[App, Any]:
@@ -87,7 +89,8 @@ class Firesafe(Peer):
 
     def work(self, concurrency: int, recovery: bool) -> None:
         app, _ = build_app(self.url)
-        app.work(concurrency=concurrency, **({} if PREFETCH is None else {"prefetch": int(PREFETCH)}))
+        app.work(concurrency=concurrency, **({} if PREFETCH is None else {"prefetch": int(PREFETCH)}),
+                 **({} if LANES is None else {"lanes": int(LANES)}))
 
 
 if __name__ == "__main__":

@@ -60,6 +60,10 @@ def _watch_parent(worker: Any) -> None:
                    "threads run in about 20 ms, at least the concurrency, at most 128 jobs held in all "
                    "(or twice the concurrency); N fixes it; 0 turns it off]. A prefetched job waits in the "
                    "worker, its lease held.")
+@click.option("--lanes", type=click.IntRange(1, 16), default=None, metavar="N",
+              help="Claim loops in each process, sharing its threads, each with its own store connection: "
+                   "while one waits for its transaction the other runs its Python [default: 2 on "
+                   "PostgreSQL, 1 on SQLite].")
 @click.option("--processes", "-p", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Worker processes; above 1 a supervisor starts, watches and restarts them.")
 @click.option("--burst", is_flag=True, help="Exit once nothing is runnable (scripts, tests, cron).")
@@ -72,8 +76,9 @@ def _watch_parent(worker: Any) -> None:
               help="json: one JSON object per line (timestamp, level, logger, message, job_key, ...).")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               default="INFO", show_default=True)
-def worker(target: str, queues: str | None, concurrency: int, prefetch: int | None, processes: int, burst: bool,
-           wait_scheduled: bool, grace: float, log_format: str, log_level: str) -> None:
+def worker(target: str, queues: str | None, concurrency: int, prefetch: int | None, lanes: int | None,
+           processes: int, burst: bool, wait_scheduled: bool, grace: float, log_format: str,
+           log_level: str) -> None:
     """Run workers for the app MODULE:APP (imported like uvicorn does; the current directory is importable).
 
     Each attempt is logged at INFO with its key, job, outcome, state and duration. SIGTERM or
@@ -105,6 +110,8 @@ def worker(target: str, queues: str | None, concurrency: int, prefetch: int | No
             command += ["--queues", ",".join(queue_list)]
         if prefetch is not None:
             command += ["--prefetch", str(prefetch)]
+        if lanes is not None:
+            command += ["--lanes", str(lanes)]
         if burst:
             command.append("--burst")
         if wait_scheduled:
@@ -112,19 +119,19 @@ def worker(target: str, queues: str | None, concurrency: int, prefetch: int | No
         code = Supervisor(command, processes, burst=burst).run()
         raise SystemExit(code)
 
-    w = app.worker(queue_list or None, concurrency=concurrency, burst=burst, wait_scheduled=wait_scheduled,
-                   grace=grace, prefetch=prefetch)
+    w = app._runner(queue_list or None, lanes, concurrency=concurrency, burst=burst,
+                    wait_scheduled=wait_scheduled, grace=grace, prefetch=prefetch)
     w.install_signal_handlers()
     _watch_parent(w)
     log.info("store %s", safe_url(app.store_url))
-    app._wake_hooks.append(w._wake.set)  # jobs that enqueue jobs wake this worker at once
+    app._wake_hooks.append(w.wake)  # jobs that enqueue jobs wake this worker at once
     try:
         w.run()
     except Exception:  # a bug, not a user mistake: keep the traceback in the log stream
         log.critical("worker crashed", exc_info=True)
         raise SystemExit(1) from None
     finally:
-        app._wake_hooks.remove(w._wake.set)
+        app._wake_hooks.remove(w.wake)
         app.close()
 
 

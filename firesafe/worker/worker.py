@@ -32,6 +32,7 @@ from firesafe.worker.pool import Pool
 
 if TYPE_CHECKING:
     from firesafe.app import App
+    from firesafe.worker.lanes import LaneGroup
 
 log = logging.getLogger("firesafe.worker")
 
@@ -70,7 +71,8 @@ class Worker:
                  burst: bool = False, wait_scheduled: bool = False, lease: float | None = None,
                  poll_interval: float = 0.5, grace: float = 30.0, batch: int | None = None,
                  max_lost: int = DEFAULT_MAX_LOST, rescue_interval: float | None = None,
-                 seed: int | None = None, prefetch: int | None = None) -> None:
+                 seed: int | None = None, prefetch: int | None = None, group: LaneGroup | None = None,
+                 lane: int = 0) -> None:
         self.app = app
         self.store = app.store
         self.queues = tuple(queues) if queues else app.queues()
@@ -90,6 +92,12 @@ class Worker:
         self._startable_for = self.lease - self.heartbeat_interval
         self.random = random.Random(seed)
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        # One of several claim loops of a process (firesafe/worker/lanes.py): the first leads (duties,
+        # pruning, rescues, quarantine); all of them keep a suspect alone in the process.
+        self._group = group
+        self.lane = lane
+        self._leads = lane == 0
+        self._alone_wanted = False
         self.stats = WorkerStats()
         self._done: queue.SimpleQueue[tuple[_Running, executor.AttemptResult]] = queue.SimpleQueue()
         self._wake = threading.Event()
@@ -98,7 +106,6 @@ class Worker:
         # the same job may already run again here.
         self._running: dict[tuple[int, int], _Running] = {}
         self._pool: Pool | None = None
-        self._signals = 0
         # Quarantine: one worker per queue set (a leader lease) runs suspects, alone.
         self._isolation_name = "isolator:" + ",".join(sorted(self.queues))
         self._isolating = False
@@ -122,7 +129,8 @@ class Worker:
         # attempt: such a job would go dead without having run; any queue, since enqueue may
         # override a job's queue).
         self._prefetch_sized = prefetch is None
-        self.prefetch = (max(self.concurrency, self.PREFETCH_HOLD - self.concurrency) if prefetch is None
+        hold = self.PREFETCH_HOLD // (group.size if group is not None else 1)  # the loops share it
+        self.prefetch = (max(self.concurrency, hold - self.concurrency) if prefetch is None
                          else max(0, prefetch))
         if self._limits is not None or any(j.max_attempts == 1 for j in app.jobs.values()):
             self.prefetch = 0
@@ -134,18 +142,12 @@ class Worker:
         self._stopping.set()
         self._wake.set()
 
-    def install_signal_handlers(self) -> None:
-        def handler(signum: int, frame: Any) -> None:
-            self._signals += 1
-            if self._signals > 1:
-                log.warning("second signal: exiting now; leases of running jobs will expire and be rescued")
-                os._exit(1)
-            log.info("signal %s: finishing running jobs (grace %.0fs), claiming no more", signum, self.grace)
-            # Not self.stop() here: Event.set() takes a lock the interrupted main thread may hold.
-            threading.Thread(target=self.stop, name="firesafe-stop", daemon=True).start()
+    def wake(self) -> None:
+        """End the loop's wait now (a job was enqueued in this process)."""
+        self._wake.set()
 
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
+    def install_signal_handlers(self) -> None:
+        install_signal_handlers(self.stop, self.grace)
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> WorkerStats:
@@ -156,14 +158,14 @@ class Worker:
             not self.burst and hasattr(self.store, "listen")) else None
         # Background duties (alert dispatch, ...) run in threads of their own: a slow one never
         # slows this loop.
-        duties = self.app._start_duties(self)
+        duties = self.app._start_duties(self) if self._leads else []
         store_backoff = Backoff(base=0.5, factor=2.0, cap=15.0, jitter="equal")
         faults = 0
         last_beat = last_rescue = last_prune = 0.0
         stop_at: float | None = None
-        log.info("worker %s started: queues=%s concurrency=%d prefetch=%s", self.id, ",".join(self.queues),
+        log.info("worker %s started: queues=%s concurrency=%d prefetch=%s%s", self.id, ",".join(self.queues),
                  self.concurrency, f"paced(max={self.prefetch})" if self._prefetch_sized and self.prefetch
-                 else self.prefetch)
+                 else self.prefetch, f" lane={self.lane + 1}/{self._group.size}" if self._group else "")
         try:
             while True:
                 try:
@@ -171,11 +173,11 @@ class Worker:
                     if now - last_beat >= self.heartbeat_interval:
                         self._heartbeat()
                         last_beat = now
-                    if now - last_rescue >= self.rescue_interval:
+                    if now - last_rescue >= self.rescue_interval and self._leads:
                         self._rescue()
                         self._check_isolation()
                         last_rescue = now
-                    if now - last_prune >= self.app.prune_interval:
+                    if now - last_prune >= self.app.prune_interval and self._leads:
                         self.app.prune()
                         last_prune = now
                     if not self._linger():
@@ -274,10 +276,14 @@ class Worker:
         staying = [r for k, r in self._running.items() if k not in leaving]
         if any(r.claimed.job.lost > 0 for r in staying):
             return []
-        idle_probe = not staying and time.monotonic() >= self._idle_probe_at
+        group = self._group
+        if group is not None and not self._leads:  # another loop of this process: see LaneGroup
+            return group.claim_beside(lambda: self._take_free(staying))
+        idle_probe = (not staying and time.monotonic() >= self._idle_probe_at
+                      and (group is None or not group.others_busy(self)))
         if self._isolating and (self._suspects_due or idle_probe):
-            if staying:
-                return []  # let the running attempts finish, then run the suspect alone
+            if staying or (group is not None and not group.clear_for_suspect(self)):
+                return []  # let the running attempts finish (this loop's and the others'), then run it alone
             self._save_outbox()  # a suspect is claimed on its own
             claimed = self._take(1, suspects=True)
             if claimed:
@@ -286,6 +292,11 @@ class Worker:
             # Looking for suspects that are not there scans the waiting jobs (no index has `lost`):
             # a worker draining a backlog is idle between every two batches, so look once per poll.
             self._idle_probe_at = time.monotonic() + self.poll_interval
+        if group is not None:
+            group.suspect_done(self)
+        return self._take_free(staying)
+
+    def _take_free(self, staying: list[_Running]) -> list[Claimed]:
         free = min(self.concurrency + self._prefetching() - len(staying), self.batch)
         if free <= 0:
             return []
@@ -581,3 +592,21 @@ class Worker:
         except StoreError:
             pass
         log.info("worker %s stopped: %s", self.id, json.dumps(self.stats.__dict__))
+
+
+def install_signal_handlers(stop: Any, grace: float) -> None:
+    """SIGTERM/SIGINT call ``stop`` (running attempts get ``grace`` seconds); a second one exits now."""
+    signals = 0
+
+    def handler(signum: int, frame: Any) -> None:
+        nonlocal signals
+        signals += 1
+        if signals > 1:
+            log.warning("second signal: exiting now; leases of running jobs will expire and be rescued")
+            os._exit(1)
+        log.info("signal %s: finishing running jobs (grace %.0fs), claiming no more", signum, grace)
+        # Not stop() here: Event.set() takes a lock the interrupted main thread may hold.
+        threading.Thread(target=stop, name="firesafe-stop", daemon=True).start()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

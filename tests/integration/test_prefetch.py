@@ -61,7 +61,7 @@ def test_short_jobs_are_claimed_beyond_the_threads(app: App) -> None:
     probe = Probe(app)
     step = declare(app)
     step.enqueue_many([{"args": [i], "key": f"s{i}"} for i in range(300)])
-    assert app.work(burst=True, concurrency=3, prefetch=3).succeeded == 300
+    assert app.work(burst=True, concurrency=3, prefetch=3, lanes=1).succeeded == 300
     assert probe.limits[0] == 3  # nothing measured yet: no prefetch on the first claim
     assert max(probe.limits) == 6  # then concurrency + prefetch
     assert max(probe.sizes) == 6  # and claims took twice the threads at once

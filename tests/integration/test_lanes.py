@@ -1,0 +1,188 @@
+"""Claim loops (lanes): a worker process on PostgreSQL runs two by default, sharing its threads.
+
+In-process workers on a real store: both loops claim and run jobs; a suspect still runs alone in the
+process (no job of the other loop beside it); stop, statistics and bad values behave as for one loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from firesafe import App, Backoff, ConfigError, State
+from firesafe.store.base import ClaimParams
+from firesafe.worker import Worker
+from firesafe.worker.lanes import Lanes, added, shares
+from tests.processes import wait_until
+
+
+@pytest.fixture
+def app(store_url: str) -> Iterator[App]:
+    a = App(store_url)
+    yield a
+    a.close()
+
+
+class Running:
+    """Which keys run at this moment, and what ran beside each key."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now: set[str] = set()
+        self.beside: dict[str, set[str]] = {}
+        self.order: list[str] = []  # keys in the order they started
+
+    def enter(self, key: str) -> None:
+        with self.lock:
+            self.beside.setdefault(key, set()).update(self.now)
+            for other in self.now:
+                self.beside.setdefault(other, set()).add(key)
+            self.now.add(key)
+            self.order.append(key)
+
+    def leave(self, key: str) -> None:
+        with self.lock:
+            self.now.discard(key)
+
+
+def declare(app: App, running: Running) -> Any:
+    @app.job(max_attempts=5, backoff=Backoff(base=0.01, cap=0.01))
+    def step(ctx: Any, n: int, sleep: float = 0.0) -> int:
+        running.enter(ctx.job.key)
+        try:
+            time.sleep(sleep)
+        finally:
+            running.leave(ctx.job.key)
+        return n
+
+    return step
+
+
+def test_the_default_is_two_loops_on_postgresql_and_one_on_sqlite(app: App) -> None:
+    runner = app._runner(None, None, concurrency=8)
+    if app.store.dialect == "postgres":
+        assert isinstance(runner, Lanes) and [w.concurrency for w in runner.workers] == [4, 4]
+        assert [w.lane for w in runner.workers] == [0, 1]
+        # the paced prefetch's hold (128 jobs) is shared too: each loop holds up to 64
+        assert [w.prefetch for w in runner.workers] == [60, 60]
+    else:
+        assert isinstance(runner, Worker)
+    assert isinstance(app._runner(None, 1, concurrency=8), Worker)
+    assert isinstance(app._runner(None, 3, concurrency=1), Worker)  # one thread: one loop
+    three = app._runner(None, 3, concurrency=8, prefetch=5)
+    assert [(w.concurrency, w.prefetch) for w in three.workers] == [(3, 2), (3, 2), (2, 1)]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
+def test_a_bad_number_of_lanes_is_a_clear_error(app: App, bad: Any) -> None:
+    with pytest.raises(ConfigError, match="lanes must be a whole number >= 1"):
+        app.work(burst=True, lanes=bad)
+
+
+def test_shares_and_added_statistics() -> None:
+    assert shares(9, 4) == [3, 2, 2, 2] and sum(shares(129, 2)) == 129
+    lanes = Lanes.__new__(Lanes)
+    one, two = Worker.__new__(Worker), Worker.__new__(Worker)
+    from firesafe.worker.worker import WorkerStats
+
+    one.stats = WorkerStats(succeeded=3, dead=1, claimed=4, by_outcome={"succeeded": 3, "failed": 1})
+    two.stats = WorkerStats(succeeded=2, fenced=1, claimed=2, by_outcome={"succeeded": 2})
+    lanes.workers = [one, two]
+    total = added(w.stats for w in lanes.workers)
+    assert (total.succeeded, total.dead, total.fenced, total.claimed) == (5, 1, 1, 6)
+    assert total.by_outcome == {"succeeded": 5, "failed": 1}
+
+
+def test_two_loops_drain_a_backlog_together(app: App, caplog: pytest.LogCaptureFixture) -> None:
+    running = Running()
+    step = declare(app, running)
+    step.enqueue_many([{"args": [i], "key": f"s{i}", "kwargs": {"sleep": 0.002}} for i in range(400)])
+    with caplog.at_level(logging.INFO, logger="firesafe.worker"):
+        stats = app.work(burst=True, concurrency=4, lanes=2)
+    assert stats.succeeded == 400 and stats.claimed == 400
+    started = [r.getMessage() for r in caplog.records if " started: " in r.getMessage()]
+    assert len(started) == 2 and "lane=1/2" in started[0] + started[1] and "lane=2/2" in started[0] + started[1]
+    workers = {a.worker for i in range(400) for a in app.get(f"s{i}").trace}
+    assert len(workers) == 2  # both loops claimed, each under its own worker id (host:pid:id)
+    assert all(a.outcome == "succeeded" for i in range(0, 400, 37) for a in app.get(f"s{i}").trace)
+
+
+def test_a_suspect_runs_alone_in_the_process_not_only_in_its_loop(app: App) -> None:
+    running = Running()
+    step = declare(app, running)
+    step.enqueue(0, key="suspect")
+    store = app.store
+    # The suspect's first worker died: claimed under a 1 s lease that nobody renews, then rescued as
+    # lost (runnable again 10 ms later: the job's backoff).
+    assert len(store.job_claim(ClaimParams(("default",), 1, "dead-worker", 1.0))) == 1
+    time.sleep(1.2)
+    app.worker(burst=True)._rescue()
+    assert app.get("suspect").lost == 1
+    # A backlog of 30 ms attempts (too long to prefetch) that takes the two loops about 2 s.
+    step.enqueue_many([{"args": [i], "key": f"s{i}", "kwargs": {"sleep": 0.03}} for i in range(240)])
+    runner = app._runner(None, 2, concurrency=4, burst=True, rescue_interval=0.05, poll_interval=0.05)
+    assert isinstance(runner, Lanes)
+    stats = runner.run()
+    assert stats.succeeded == 241
+    assert app.get("suspect").state == State.SUCCEEDED
+    assert running.beside["suspect"] == set()  # nothing else ran in the process while it ran
+    # The other loop stopped claiming for it: it ran early, not after the backlog (which the other
+    # loop, claiming on, would otherwise have kept going beside the leader until the end).
+    assert running.order.index("suspect") < 60, running.order.index("suspect")
+    # and the other loop ran jobs too (the leader did not run everything by itself)
+    assert all(w.stats.succeeded > 0 for w in runner.workers)
+
+
+def test_stop_ends_every_loop_and_releases_what_waits(app: App) -> None:
+    running = Running()
+    step = declare(app, running)
+    step.enqueue_many([{"args": [i], "key": f"s{i}", "kwargs": {"sleep": 0.2}} for i in range(40)])
+    runner = app._runner(None, 2, concurrency=4, grace=5.0)
+    result: list[Any] = []
+    t = threading.Thread(target=lambda: result.append(runner.run()))
+    t.start()
+    try:
+        wait_until(lambda: len(running.now) == 4, 10, "both loops running two attempts each")
+    finally:
+        runner.stop()
+        t.join(15)
+    assert not t.is_alive()
+    stats = result[0]
+    assert stats.succeeded >= 4
+    states = {app.get(f"s{i}").state for i in range(40)}
+    assert states <= {State.SUCCEEDED, State.QUEUED, State.SCHEDULED}  # none left running
+    assert sum(app.get(f"s{i}").state == State.SUCCEEDED for i in range(40)) == stats.succeeded < 40
+
+
+def test_a_bug_in_one_loop_stops_the_others_and_is_raised(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    running = Running()
+    step = declare(app, running)
+    step.enqueue_many([{"args": [i], "key": f"s{i}", "kwargs": {"sleep": 0.05}} for i in range(50)])
+    runner = app._runner(None, 2, concurrency=4)
+    second = runner.workers[1]
+
+    def broken() -> Any:
+        raise RuntimeError("a bug in the second loop")
+
+    monkeypatch.setattr(second, "_claim", broken)
+    done: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            runner.run()
+        except BaseException as exc:
+            done.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(40)
+    if t.is_alive():  # not to leave a loop running into the next test
+        runner.stop()
+        t.join(15)
+    assert not t.is_alive()  # the first loop stopped too (not a worker running forever beside a dead loop)
+    assert len(done) == 1 and "a bug in the second loop" in str(done[0])
