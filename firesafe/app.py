@@ -425,12 +425,12 @@ class App:
         return Worker(self, queues, **options)
 
     def work(self, queues: Sequence[str] | None = None, *, burst: bool = False, concurrency: int = 8,
-             lanes: int | None = None, **options: Any) -> Any:
+             lanes: int = 1, **options: Any) -> Any:
         """Run a worker in this process; with ``burst`` return once nothing is runnable.
 
         ``wait_scheduled=True`` (with ``burst``) also waits for jobs scheduled later (retries).
-        ``lanes``: claim loops sharing the ``concurrency`` threads (default: 2 on PostgreSQL, 1 on
-        SQLite; see docs/operations.md).
+        ``lanes``: claim loops sharing the ``concurrency`` threads, each with its own store
+        connection (see docs/operations.md: 2 may help one process of very short jobs on PostgreSQL).
         """
         w = self._runner(queues, lanes, burst=burst, concurrency=concurrency, **options)
         if threading.current_thread() is threading.main_thread() and not burst:
@@ -441,10 +441,8 @@ class App:
         finally:
             self._wake_hooks.remove(w.wake)
 
-    def _runner(self, queues: Sequence[str] | None, lanes: int | None, **options: Any) -> Any:
+    def _runner(self, queues: Sequence[str] | None, lanes: int, **options: Any) -> Any:
         """One worker, or several claim loops in this process (firesafe/worker/lanes.py)."""
-        if lanes is None:
-            lanes = self.store.worker_lanes
         if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1:
             raise ConfigError(f"lanes must be a whole number >= 1, not {lanes!r}")
         if lanes == 1 or options.get("concurrency", 8) < 2:

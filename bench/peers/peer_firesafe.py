@@ -20,7 +20,7 @@ from firesafe import App  # noqa: E402
 STORAGE = os.environ.get("PEERS_STORAGE", "sqlite")
 #: An A/B knob: a worker prefetch other than the default (``PEERS_FIRESAFE_PREFETCH=0`` turns it off).
 PREFETCH = os.environ.get("PEERS_FIRESAFE_PREFETCH")
-#: An A/B knob: claim loops per worker process other than the store's default (``PEERS_FIRESAFE_LANES=1``).
+#: Claim loops per worker process (``PEERS_FIRESAFE_LANES=2``; the default is one): the ``l2`` row, an A/B knob.
 LANES = os.environ.get("PEERS_FIRESAFE_LANES")
 
 
@@ -38,11 +38,12 @@ class Firesafe(Peer):
     storage = STORAGE
     name = f"firesafe-{STORAGE}"
     bulk_api = "enqueue_many"
-    worker_note = ("app.work(concurrency={c}): {c} threads; while attempts are short it claims more (prefetch, "
-                   "its default: as many as the threads run in 20 ms, at least {c} more, at most 128 held in all "
-                   "or twice the threads if that is more)" if PREFETCH is None else
-                   "app.work(concurrency={c}, prefetch=" + str(PREFETCH) + "): {c} threads, " + str(PREFETCH)
-                   + " more claimed while attempts are short (PEERS_FIRESAFE_PREFETCH)")
+    worker_note = (("app.work(concurrency={c}): {c} threads; while attempts are short it claims more (prefetch, "
+                    "its default: as many as the threads run in 20 ms, at least {c} more, at most 128 held in all "
+                    "or twice the threads if that is more)" if PREFETCH is None else
+                    "app.work(concurrency={c}, prefetch=" + str(PREFETCH) + "): {c} threads, " + str(PREFETCH)
+                    + " more claimed while attempts are short (PEERS_FIRESAFE_PREFETCH)")
+                   + (f"; {LANES} claim loops per process share the threads (lanes={LANES})" if LANES else ""))
     recovery_note = "lease 30 s (default): a dead worker's attempts are rescued as lost, then retried"
 
     def __init__(self) -> None:

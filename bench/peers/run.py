@@ -102,6 +102,8 @@ TARGETS = [
     Target("firesafe-postgresql", "postgresql", None, "peer_firesafe.py", {"PEERS_STORAGE": "postgresql"}),
     Target("firesafe-postgresql c64", "postgresql", None, "peer_firesafe.py", {"PEERS_STORAGE": "postgresql"},
            extra=["--concurrency", "64", "--drain-only"]),
+    Target("firesafe-postgresql l2", "postgresql", None, "peer_firesafe.py",
+           {"PEERS_STORAGE": "postgresql", "PEERS_FIRESAFE_LANES": "2"}, extra=["--drain-only"]),
     Target("procrastinate", "postgresql", "procrastinate", "peer_procrastinate.py"),
     Target("pgqueuer", "postgresql", "pgqueuer", "peer_pgqueuer.py"),
     Target("pgqueuer c8", "postgresql", "pgqueuer", "peer_pgqueuer.py", {"PEERS_PGQUEUER_CAP": "8"},
@@ -337,6 +339,7 @@ def targets(bench: dict[str, dict[str, Any]], recov: dict[str, dict[str, Any]]) 
     # at most 8 jobs at a time per process, and neither held to 8.
     vs("firesafe-postgresql", "pgqueuer c8", note=C8_NOTE)
     vs("firesafe-postgresql c64", "pgqueuer", note="neither capped at 8: 64 threads, pgqueuer's no cap")
+    vs("firesafe-postgresql l2", "pgqueuer", note="firesafe with two claim loops per process, lanes=2")
     vs("firesafe-sqlite c64", "huey-sqlite c64", note="both at 64 threads")
     for name in ("firesafe-sqlite", "firesafe-postgresql"):
         r = recov.get(name)

@@ -60,10 +60,10 @@ def _watch_parent(worker: Any) -> None:
                    "threads run in about 20 ms, at least the concurrency, at most 128 jobs held in all "
                    "(or twice the concurrency); N fixes it; 0 turns it off]. A prefetched job waits in the "
                    "worker, its lease held.")
-@click.option("--lanes", type=click.IntRange(1, 16), default=None, metavar="N",
+@click.option("--lanes", type=click.IntRange(1, 16), default=1, show_default=True, metavar="N",
               help="Claim loops in each process, sharing its threads, each with its own store connection: "
-                   "while one waits for its transaction the other runs its Python [default: 2 on "
-                   "PostgreSQL, 1 on SQLite].")
+                   "while one waits for its transaction another runs its Python. 2 may help one process "
+                   "of very short jobs on PostgreSQL; see docs/operations.md.")
 @click.option("--processes", "-p", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Worker processes; above 1 a supervisor starts, watches and restarts them.")
 @click.option("--burst", is_flag=True, help="Exit once nothing is runnable (scripts, tests, cron).")
@@ -76,7 +76,7 @@ def _watch_parent(worker: Any) -> None:
               help="json: one JSON object per line (timestamp, level, logger, message, job_key, ...).")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               default="INFO", show_default=True)
-def worker(target: str, queues: str | None, concurrency: int, prefetch: int | None, lanes: int | None,
+def worker(target: str, queues: str | None, concurrency: int, prefetch: int | None, lanes: int,
            processes: int, burst: bool, wait_scheduled: bool, grace: float, log_format: str,
            log_level: str) -> None:
     """Run workers for the app MODULE:APP (imported like uvicorn does; the current directory is importable).
@@ -110,7 +110,7 @@ def worker(target: str, queues: str | None, concurrency: int, prefetch: int | No
             command += ["--queues", ",".join(queue_list)]
         if prefetch is not None:
             command += ["--prefetch", str(prefetch)]
-        if lanes is not None:
+        if lanes != 1:
             command += ["--lanes", str(lanes)]
         if burst:
             command.append("--burst")

@@ -124,8 +124,6 @@ class Store(abc.ABC):
 
     url: str
     dialect: str
-    #: Claim loops a worker process runs by default (see firesafe/worker/lanes.py).
-    worker_lanes = 1
 
     @abc.abstractmethod
     def now(self) -> float:

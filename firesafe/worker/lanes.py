@@ -1,11 +1,12 @@
-"""Several claim loops in one worker process: PostgreSQL's default is two.
+"""Several claim loops in one worker process (``lanes=N``; one by default).
 
 A worker's loop takes turns with its store. It sends a batch's outcomes and the next claim (one
 transaction, one round trip), waits for the reply, then starts the claimed jobs and concludes the
 outcomes that came back, in Python, while the store waits for its next request. Two loops in the
 same process, each with its share of the threads and a connection of its own, fill each other's
-gaps: one loop's transaction runs while the other loop's Python work runs. SQLite has one writer
-at a time, so there one loop is the default.
+gaps: one loop's transaction runs while the other loop's Python work runs. That can only help on
+PostgreSQL (SQLite has one writer at a time), in one process of very short attempts; each loop
+costs a store connection (docs/operations.md has the measurements).
 
 The loops are ordinary :class:`~firesafe.worker.Worker` objects. The first one leads: it runs the
 background duties (alert delivery, schedules), rescues expired leases, prunes, and takes part in

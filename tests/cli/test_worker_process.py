@@ -62,14 +62,30 @@ def test_two_processes_in_burst_do_every_job_exactly_once(appmod: AppModule) -> 
     assert set(states(appmod.url).values()) == {"succeeded"}
 
 
-@pytest.mark.parametrize("grace, outcome", [("30s", "succeeded"), ("0.2", "interrupted")])
-def test_sigterm_finishes_or_releases_the_running_job(appmod: AppModule, grace: str, outcome: str) -> None:
+def test_lanes_reach_every_child_and_each_loop_claims(appmod: AppModule) -> None:
+    keys = enqueue_adds(appmod, 60)
+    proc = run_cli(["worker", appmod.target, "--processes", "2", "--concurrency", "4", "--lanes", "2", "--burst"],
+                   appmod.dir)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if " started: queues=" in line]
+    assert len(lines) == 4 and all("concurrency=2" in line for line in lines)  # 2 processes x 2 loops of 2
+    assert sum("lane=1/2" in line for line in lines) == sum("lane=2/2" in line for line in lines) == 2
+    effects = appmod.effects()
+    assert sorted(effects) == sorted(keys) and len(effects) == len(set(effects)) == 60
+    bad = run_cli(["worker", appmod.target, "--lanes", "0", "--burst"], appmod.dir)
+    assert bad.returncode == 2 and "--lanes" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("grace, outcome, lanes", [("30s", "succeeded", "1"), ("0.2", "interrupted", "1"),
+                                                   ("30s", "succeeded", "2")])
+def test_sigterm_finishes_or_releases_the_running_job(appmod: AppModule, grace: str, outcome: str,
+                                                      lanes: str) -> None:
     module = appmod.load()
     seconds = 0.6 if outcome == "succeeded" else 30.0
     module.slow.enqueue("s1", seconds, key="slow:1")
     module.app.close()
     log = appmod.dir / "worker.log"
-    proc = start_cli(["worker", appmod.target, "--grace", grace], appmod.dir, log)
+    proc = start_cli(["worker", appmod.target, "--grace", grace, "--lanes", lanes], appmod.dir, log)
     try:
         wait_for(lambda: (appmod.dir / "s1.started").exists(), what="the job to start")
         proc.send_signal(signal.SIGTERM)

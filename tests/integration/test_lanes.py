@@ -1,4 +1,4 @@
-"""Claim loops (lanes): a worker process on PostgreSQL runs two by default, sharing its threads.
+"""Claim loops (lanes): with ``lanes=N`` a worker process runs N loops sharing its threads.
 
 In-process workers on a real store: both loops claim and run jobs; a suspect still runs alone in the
 process (no job of the other loop beside it); stop, statistics and bad values behave as for one loop.
@@ -63,16 +63,13 @@ def declare(app: App, running: Running) -> Any:
     return step
 
 
-def test_the_default_is_two_loops_on_postgresql_and_one_on_sqlite(app: App) -> None:
-    runner = app._runner(None, None, concurrency=8)
-    if app.store.dialect == "postgres":
-        assert isinstance(runner, Lanes) and [w.concurrency for w in runner.workers] == [4, 4]
-        assert [w.lane for w in runner.workers] == [0, 1]
-        # the paced prefetch's hold (128 jobs) is shared too: each loop holds up to 64
-        assert [w.prefetch for w in runner.workers] == [60, 60]
-    else:
-        assert isinstance(runner, Worker)
+def test_one_loop_by_default_and_lanes_split_the_threads_and_the_hold(app: App) -> None:
     assert isinstance(app._runner(None, 1, concurrency=8), Worker)
+    two = app._runner(None, 2, concurrency=8)
+    assert isinstance(two, Lanes) and [w.concurrency for w in two.workers] == [4, 4]
+    assert [w.lane for w in two.workers] == [0, 1]
+    # the paced prefetch's hold (128 jobs) is shared too: each loop holds up to 64
+    assert [w.prefetch for w in two.workers] == [60, 60]
     assert isinstance(app._runner(None, 3, concurrency=1), Worker)  # one thread: one loop
     three = app._runner(None, 3, concurrency=8, prefetch=5)
     assert [(w.concurrency, w.prefetch) for w in three.workers] == [(3, 2), (3, 2), (2, 1)]
