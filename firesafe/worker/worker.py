@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from firesafe.context import Context, JobInfo
-from firesafe.errors import StoreError
+from firesafe.errors import Cancelled, StoreError
 from firesafe.retries.backoff import Backoff
 from firesafe.retries.decide import DEFAULT_MAX_LOST, Budget, decide_lost
 from firesafe.states import State
@@ -381,6 +381,11 @@ class Worker:
                     self._wake.set()  # not to run here: the loop gives it back (see _withdraw)
                     return
                 running.started = start
+            if running.ctx.cancelled:  # a cancel came (with a heartbeat) while it waited: not started at all
+                self._done.put((running, executor.AttemptResult(
+                    Cancelled("cancel requested while the job waited for a thread; not started"))))
+                self._wake.set()
+                return
             if timeout:
                 running.deadline = start + timeout
                 self._wake.set()  # the loop's wait must end by this deadline

@@ -124,7 +124,7 @@ def started(app: App, step: Any, **options: Any) -> tuple[Any, threading.Thread]
     return w, t
 
 
-def behind_hold(app: App, gate: threading.Event, keys: tuple[str, ...], wait: float,
+def behind_hold(app: App, gate: threading.Event, keys: tuple[str, ...], wait: float, lease: float | None = None,
                 **job_options: Any) -> tuple[Any, threading.Thread]:
     """A prefetching worker of one thread (``PREFETCH_WAIT`` = ``wait``) whose one claim took a job
     "hold", which runs until ``gate`` is set, and ``keys``, which wait behind it."""
@@ -134,7 +134,7 @@ def behind_hold(app: App, gate: threading.Event, keys: tuple[str, ...], wait: fl
             gate.wait(10)
         return mode
 
-    w, t = started(app, declare(app), concurrency=1, prefetch=len(keys))
+    w, t = started(app, declare(app), concurrency=1, prefetch=len(keys), lease=lease)
     w.PREFETCH_WAIT = wait
     # One transaction, so one claim takes them all (limit 1 + len(keys)), "hold" first.
     gated.enqueue_many([{"args": [k], "key": k} for k in ("hold", *keys)])
@@ -150,6 +150,22 @@ def test_a_prefetched_jobs_timeout_counts_from_its_start_not_its_claim(app: App)
     wait_until(lambda: app.get("quick").state == State.SUCCEEDED, 10, "quick to run")
     assert [a.outcome for a in app.get("quick").trace] == ["succeeded"]
     assert app.get("hold").trace[0].outcome == "timed_out"
+    w.stop()
+    t.join(10)
+
+
+def test_a_cancel_that_comes_while_a_job_waits_for_a_thread_keeps_it_from_starting(app: App) -> None:
+    gate = threading.Event()
+    w, t = behind_hold(app, gate, ("victim",), 10.0, lease=0.9)  # heartbeats every 0.3 s
+    assert app.cancel("victim") == "requested"  # claimed, so running for the store, but not started
+    wait_until(lambda: any(r.ctx.cancelled for r in list(w._running.values()) if r.claimed.job.key == "victim"),
+               10, "a heartbeat to bring the cancel to the worker")
+    gate.set()  # the thread frees up: victim's turn
+    wait_until(lambda: app.get("victim").state == State.CANCELLED, 10, "victim to end cancelled")
+    victim = app.get("victim")
+    assert victim.result is None and [a.outcome for a in victim.trace] == ["cancelled"]  # its body never ran
+    assert victim.trace[0].error_type == "Cancelled" and "not started" in (victim.trace[0].message or "")
+    assert app.get("hold").state == State.SUCCEEDED
     w.stop()
     t.join(10)
 
