@@ -4,7 +4,8 @@ A worker's loop takes turns with its store. It sends a batch's outcomes and the 
 transaction, one round trip), waits for the reply, then starts the claimed jobs and concludes the
 outcomes that came back, in Python, while the store waits for its next request. Two loops in the
 same process, each with its share of the threads and a connection of its own, fill each other's
-gaps: one loop's transaction runs while the other loop's Python work runs. That can only help on
+gaps: one loop's transaction runs while the other loop's Python work runs (the leader's LISTEN
+connection, on PostgreSQL, wakes them all when a job arrives). That can only help on
 PostgreSQL (SQLite has one writer at a time), in one process of very short attempts; each loop
 costs a store connection (docs/operations.md has the measurements).
 
@@ -62,6 +63,11 @@ class LaneGroup:
             self._alone = True
             return not self.others_busy(leader)
 
+    def wake_all(self) -> None:
+        """End every loop's wait (a job arrived: the leader's LISTEN connection calls this)."""
+        for w in self.workers:
+            w.wake()
+
     def suspect_done(self, leader: Worker) -> None:
         """The leader runs no suspect and waits for none: the others claim again (woken now)."""
         if self._alone:
@@ -94,7 +100,7 @@ class Lanes:
         threads, prefetches, batches = shares(concurrency, n), shares(prefetch, n), shares(batch, n)
         group.workers = [Worker(app, queues, concurrency=threads[i] or 1, prefetch=prefetches[i],
                                 batch=batches[i] or None, group=group, lane=i, **options) for i in range(n)]
-        self.workers = group.workers
+        self.group, self.workers = group, group.workers
         self.grace = self.workers[0].grace
         self._stopping = threading.Event()
 
@@ -104,8 +110,7 @@ class Lanes:
             w.stop()
 
     def wake(self) -> None:
-        for w in self.workers:
-            w.wake()
+        self.group.wake_all()
 
     def install_signal_handlers(self) -> None:
         install_signal_handlers(self.stop, self.grace)

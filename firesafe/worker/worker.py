@@ -154,8 +154,10 @@ class Worker:
         self._pool = Pool(self.concurrency)
         # A store that can push wake-ups (PostgreSQL LISTEN/NOTIFY) ends the idle wait as soon as a job
         # arrives; polling every poll_interval stays the fallback.
-        listener = self.store.listen(self.queues, self._wake.set) if (
-            not self.burst and hasattr(self.store, "listen")) else None
+        # With several claim loops the leader's listener wakes them all (one LISTEN connection).
+        wake = self._wake.set if self._group is None else self._group.wake_all
+        listener = self.store.listen(self.queues, wake) if (
+            not self.burst and self._leads and hasattr(self.store, "listen")) else None
         # Background duties (alert dispatch, ...) run in threads of their own: a slow one never
         # slows this loop.
         duties = self.app._start_duties(self) if self._leads else []
@@ -282,7 +284,7 @@ class Worker:
         idle_probe = (not staying and time.monotonic() >= self._idle_probe_at
                       and (group is None or not group.others_busy(self)))
         if self._isolating and (self._suspects_due or idle_probe):
-            if staying or (group is not None and not group.clear_for_suspect(self)):
+            if (group is not None and not group.clear_for_suspect(self)) or staying:
                 return []  # let the running attempts finish (this loop's and the others'), then run it alone
             self._save_outbox()  # a suspect is claimed on its own
             claimed = self._take(1, suspects=True)
@@ -582,6 +584,8 @@ class Worker:
 
     def _shutdown(self) -> None:
         self._stopping.set()  # however the loop ended: no waiting job starts now
+        if self._group is not None and self._leads:  # the other loops may claim again (see LaneGroup)
+            self._group.suspect_done(self)
         try:
             self._flush()
             self._save_outbox()

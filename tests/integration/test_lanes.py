@@ -135,6 +135,54 @@ def test_a_suspect_runs_alone_in_the_process_not_only_in_its_loop(app: App) -> N
     assert all(w.stats.succeeded > 0 for w in runner.workers)
 
 
+def test_a_leader_that_ends_while_waiting_for_a_suspect_lets_the_others_claim_again(app: App) -> None:
+    # A burst leader can end (nothing runnable: another process took the suspect) while it waits for
+    # the other loops to empty; they must not stay held back from claiming.
+    runner = app._runner(None, 2, concurrency=4, burst=True)
+    leader, other = runner.workers
+    group = leader._group
+    assert group.clear_for_suspect(leader)  # nothing runs: the leader may run a suspect alone
+    assert group.claim_beside(lambda: ["claimed"]) == []  # the other loop is held back
+    leader._shutdown()
+    assert group.claim_beside(lambda: ["claimed"]) == ["claimed"]
+    assert other._wake.is_set()  # and woken to do so
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)  # LISTEN/NOTIFY is PostgreSQL's
+def test_one_listen_connection_wakes_every_loop(store_url: str) -> None:
+    worker_app, other_app = App(store_url), App(store_url)  # the other enqueues as another process would
+    try:
+        running = Running()
+        declare(worker_app, running)
+        step = declare(other_app, Running())
+        runner = worker_app._runner(None, 2, concurrency=4, poll_interval=30.0)  # a poll would come too late
+        t = threading.Thread(target=runner.run)
+        t.start()
+        try:
+            wait_until(lambda: all(w._wake.is_set() is False for w in runner.workers)
+                       and listening(worker_app) == 1, 10, "the loops idle, one LISTEN connection")
+            step.enqueue_many([{"args": [i], "key": f"n{i}"} for i in range(8)])  # one NOTIFY
+            wait_until(lambda: all(worker_app.get(f"n{i}").state == State.SUCCEEDED for i in range(8)), 5,
+                       "the notification to wake the loops")
+            assert listening(worker_app) == 1
+            assert runner.workers[1].stats.claimed > 0  # the loop without a listener was woken too
+        finally:
+            runner.stop()
+            t.join(15)
+    finally:
+        worker_app.close()
+        other_app.close()
+
+
+def listening(app: App) -> int:
+    """Connections of this server LISTENing on the store's channel."""
+    with app.store._conn() as c:
+        row = c.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE query ILIKE %s",
+                        [f"LISTEN%{app.store.channel}%"]).fetchone()
+    return int(row["n"])
+
+
 def test_stop_ends_every_loop_and_releases_what_waits(app: App) -> None:
     running = Running()
     step = declare(app, running)
