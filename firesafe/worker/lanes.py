@@ -68,14 +68,12 @@ class LaneGroup:
         for w in self.workers:
             w.wake()
 
-    def suspect_done(self, leader: Worker) -> None:
+    def suspect_done(self) -> None:
         """The leader runs no suspect and waits for none: the others claim again (woken now)."""
         if self._alone:
             with self._lock:
                 self._alone = False
-            for w in self.workers:
-                if w is not leader:
-                    w.wake()
+            self.wake_all()
 
 
 def shares(total: int | None, n: int) -> list[int | None]:

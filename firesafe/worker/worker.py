@@ -97,7 +97,6 @@ class Worker:
         self._group = group
         self.lane = lane
         self._leads = lane == 0
-        self._alone_wanted = False
         self.stats = WorkerStats()
         self._done: queue.SimpleQueue[tuple[_Running, executor.AttemptResult]] = queue.SimpleQueue()
         self._wake = threading.Event()
@@ -295,7 +294,7 @@ class Worker:
             # a worker draining a backlog is idle between every two batches, so look once per poll.
             self._idle_probe_at = time.monotonic() + self.poll_interval
         if group is not None:
-            group.suspect_done(self)
+            group.suspect_done()
         return self._take_free(staying)
 
     def _take_free(self, staying: list[_Running]) -> list[Claimed]:
@@ -585,7 +584,7 @@ class Worker:
     def _shutdown(self) -> None:
         self._stopping.set()  # however the loop ended: no waiting job starts now
         if self._group is not None and self._leads:  # the other loops may claim again (see LaneGroup)
-            self._group.suspect_done(self)
+            self._group.suspect_done()
         try:
             self._flush()
             self._save_outbox()
