@@ -16,7 +16,7 @@ from typing import Any
 
 from firesafe.clock import Clock, to_timestamp
 from firesafe.deadletters import DeadLetters
-from firesafe.errors import ConfigError, InvalidInput, JobNotFound
+from firesafe.errors import MAX_DELAY, ConfigError, InvalidInput, JobNotFound
 from firesafe.idempotency.keys import check_key, check_name, fingerprint, new_key, payload_json
 from firesafe.models import Job
 from firesafe.retries.backoff import Backoff
@@ -29,8 +29,6 @@ log = logging.getLogger("firesafe")
 
 #: Reserved keyword names of ``enqueue``; a job function cannot take arguments with these names.
 RESERVED = frozenset({"key", "delay", "run_at", "queue", "conn"})
-#: The longest delay an enqueue accepts, in seconds (NaN, infinity and dates past year 9999 are refused).
-MAX_DELAY = 1000 * 365 * 86400.0
 
 
 @dataclass(frozen=True)

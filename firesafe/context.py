@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from firesafe.clock import to_timestamp
+from firesafe.errors import InvalidInput, check_wait
 from firesafe.masking import mask
 from firesafe.rerun.steps import Steps, step_key
 
@@ -66,11 +67,16 @@ class Context:
         """Durable sleep: the job is put back and resumes here after ``seconds``, surviving restarts;
         no worker is held meanwhile. Counts as a deferral, not an attempt. ``await`` it in async jobs."""
         self._need_steps()
-        return self._sleep(self._store.now() + float(seconds), name)
+        return self._sleep(self._store.now() + check_wait(seconds, "ctx.sleep"), name)
 
     def sleep_until(self, when: datetime, name: str | None = None) -> Any:
         """Durable sleep until an aware datetime (see :meth:`sleep`)."""
-        return self._sleep(to_timestamp(when), name)
+        self._need_steps()
+        if not isinstance(when, datetime) or when.tzinfo is None:
+            raise InvalidInput(f"ctx.sleep_until needs a timezone-aware datetime, not {when!r}")
+        until = to_timestamp(when)
+        check_wait(max(0.0, until - self._store.now()), "ctx.sleep_until")
+        return self._sleep(until, name)
 
     def _sleep(self, until: float, name: str | None) -> Any:
         steps = self._need_steps()

@@ -48,6 +48,32 @@ class Permanent(Exception):
     """Raise inside a job to fail it for good: no retry, straight to the dead letters."""
 
 
+class UnstorableValue(InvalidInput, Permanent):
+    """A job or a step returned a value that cannot be stored as JSON. Its work is done but not
+    recorded, so it is not retried (a retry would do the work again): the job goes dead at once."""
+
+
+#: The longest wait firesafe accepts anywhere (an enqueue's delay, RetryAfter, ctx.sleep, a
+#: limiter's turn), in seconds: 1,000 years. Longer ones would name dates no datetime can hold.
+MAX_DELAY = 1000 * 365 * 86400.0
+
+
+def check_wait(seconds: object, what: str) -> float:
+    """``seconds`` as a float if it is a real number from 0 to :data:`MAX_DELAY`, else InvalidInput.
+
+    >>> check_wait(2, "RetryAfter")
+    2.0
+    >>> check_wait(float("nan"), "RetryAfter")
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.InvalidInput: RetryAfter needs a number of seconds from 0 to 31536000000 (1,000 years), not nan
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= MAX_DELAY:
+        raise InvalidInput(f"{what} needs a number of seconds from 0 to {MAX_DELAY:.0f} (1,000 years), "
+                           f"not {seconds!r}")
+    return float(seconds)
+
+
 class RetryAfter(Exception):
     """Raise inside a job to try again no sooner than ``seconds`` from now.
 
@@ -55,9 +81,7 @@ class RetryAfter(Exception):
     """
 
     def __init__(self, seconds: float, reason: str = "") -> None:
-        if seconds < 0:
-            raise InvalidInput("RetryAfter needs seconds >= 0")
-        self.seconds = float(seconds)
+        self.seconds = check_wait(seconds, "RetryAfter")
         self.reason = reason
         super().__init__(reason or f"retry after {self.seconds:g}s")
 

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from firesafe.clock import to_timestamp
-from firesafe.errors import ConfigError, InvalidInput, RetryAfter
+from firesafe.errors import MAX_DELAY, ConfigError, InvalidInput, RetryAfter
 from firesafe.idempotency.keys import check_name
 from firesafe.limits.bucket import LimiterSpec, default_burst
 
@@ -109,6 +109,9 @@ def declare(app: App, name: str, *, rate: float | None = None, per: float = 1.0,
     if not _number(per) or per <= 0:
         raise ConfigError(f"{where}: per must be a number of seconds > 0 (got {per!r})")
     per_second = float(rate) / float(per) if rate is not None else None
+    if per_second is not None and not 1 / per_second <= MAX_DELAY:
+        raise ConfigError(f"{where}: rate={rate!r} per={per!r} is one turn every {1 / per_second:.3g} s; "
+                          f"the longest wait firesafe keeps is {MAX_DELAY:.0f} s (1,000 years)")
     if burst is not None:
         if per_second is None:
             raise ConfigError(f"{where}: burst needs a rate")

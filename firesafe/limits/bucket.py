@@ -27,6 +27,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from firesafe.errors import MAX_DELAY
+
 CLOSED = "closed"
 OPEN = "open"
 HALF_OPEN = "half_open"
@@ -182,9 +184,15 @@ def defer(spec: LimiterSpec, st: LimiterState, now: float, earliest: float, draw
     >>> d2, st = defer(spec, st, 0.0, earliest=1.0, draw=0.5)
     >>> round(d1, 6), round(d2, 6), round(st.line_at, 6)
     (1.0, 1.15, 1.2)
+
+    A wait is at most :data:`~firesafe.errors.MAX_DELAY` (a line millions long behind a slow limiter
+    would name dates no datetime holds); a job given that much waits again in its turn when it wakes.
+
+    >>> defer(LimiterSpec("slow", rate=1 / 86400), LimiterState(0.0, 0.0, line_at=1e15), 0.0, 0.0, 0.0)[0]
+    31536000000.0
     """
     turn = max(st.line_at, now, earliest)
-    return turn - now + draw * spec.spacing, replace(st, line_at=turn + spec.spacing)
+    return min(turn - now + draw * spec.spacing, MAX_DELAY), replace(st, line_at=turn + spec.spacing)
 
 
 def pause(st: LimiterState, now: float, until: float, reason: str | None = None) -> tuple[LimiterState, bool]:

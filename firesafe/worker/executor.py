@@ -14,10 +14,10 @@ import traceback as tb_mod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from firesafe.errors import Cancelled, InvalidInput, RetryAfter
+from firesafe.errors import Cancelled, InvalidInput, RetryAfter, UnstorableValue
 from firesafe.idempotency.keys import canonical_json
 from firesafe.limits.http import retry_after_of
-from firesafe.masking import mask_text
+from firesafe.masking import mask_text, mask_values, secret_values
 from firesafe.retries.decide import Budget, decide
 from firesafe.states import Outcome, State
 from firesafe.store.base import Claimed, FinishParams
@@ -71,11 +71,14 @@ def execute(jobdef: JobDef, ctx: Context, args: list[Any], kwargs: dict[str, Any
             value = jobdef.fn(ctx, *args, **kwargs)
             if inspect.isawaitable(value):
                 value, _ = run_coroutine(_bounded(value, jobdef.timeout), None)
-        result_json = canonical_json(value, what="the job's result", limit=MAX_RESULT_BYTES)
+        try:
+            result_json = canonical_json(value, what="the job's result", limit=MAX_RESULT_BYTES)
+        except InvalidInput as exc:  # the work is done: a retry would do it again (no retry, see UnstorableValue)
+            why = str(exc).removeprefix("argument ")
+            raise UnstorableValue(f"job {jobdef.name!r} returned a value that cannot be stored as JSON: {why}; "
+                                  "its work is done but not recorded, so it is not retried") from None
         return AttemptResult(None, value, duration=time.monotonic() - start, result_json=result_json)
     except Exception as exc:
-        if isinstance(exc, InvalidInput) and "result" in str(exc):
-            exc = InvalidInput(f"job {jobdef.name!r} returned a value that cannot be stored: {exc}")
         return AttemptResult(exc, duration=time.monotonic() - start, traceback=_format_tb(exc),
                              retry_after=retry_after_of(exc, time.time()))
 
@@ -119,12 +122,29 @@ def conclude(claimed: Claimed, jobdef: JobDef, res: AttemptResult, draw: float, 
         info = json.dumps({**detail, "duration": round(res.duration, 6)})
     else:  # the usual case, once per attempt: the very text json.dumps({"duration": ...}) makes
         info = f'{{"duration": {round(res.duration, 6)!r}}}'
+    traceback = res.traceback
+    if res.error is not None and (secrets := secret_values(job.args, job.kwargs, job.arg_names)):
+        # An error that quotes a secret argument (``f"refused {api_key}"``) keeps it out of the trace,
+        # the alerts and the logs, which all read what is saved here.
+        message = mask_values(message, secrets) if message else message
+        traceback = mask_values(traceback, secrets) if traceback else traceback
+        info = json.dumps(_masked_strings(json.loads(info), secrets))
     return FinishParams(
         job_id=job.id, token=claimed.token, seq=job.runs, state=decision.state, outcome=decision.outcome,
         delay=decision.delay, given_back=1 if decision.deferred else 0, result=result,
-        error_type=error_type, message=message, traceback=res.traceback, reason=decision.reason,
+        error_type=error_type, message=message, traceback=traceback, reason=decision.reason,
         detail=info,
     )
+
+
+def _masked_strings(value: Any, secrets: list[str]) -> Any:
+    if isinstance(value, str):
+        return mask_values(value, secrets)
+    if isinstance(value, dict):
+        return {k: _masked_strings(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked_strings(v, secrets) for v in value]
+    return value
 
 
 def unknown_job(claimed: Claimed) -> FinishParams:

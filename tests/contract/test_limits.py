@@ -326,6 +326,10 @@ def test_bad_configuration_is_an_error_at_start_up(store_url: str, clock) -> Non
                        {"rate": 1, "burst": 0.5}, {"concurrency": 0}, {"breaker_after": 0}, {"cooldown": 0}):
             with pytest.raises(ConfigError):
                 app.limiter("x", **kwargs)
+        for kwargs in ({"rate": 1e-12}, {"rate": 1, "per": 1e11}):
+            with pytest.raises(ConfigError, match=r"one turn every 1e\+1[12] s; the longest wait firesafe keeps is "
+                                                  r"31536000000 s \(1,000 years\)"):
+                app.limiter("x", **kwargs)
         app.limiter("x", rate=1)
         with pytest.raises(ConfigError, match="already declared"):
             app.limiter("x", rate=2)

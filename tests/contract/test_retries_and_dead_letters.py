@@ -244,16 +244,60 @@ def test_sync_timeout_late_result_never_overwrites(app: App, clock) -> None:
     assert job.result is None
 
 
-def test_result_that_is_not_json_fails_the_attempt_clearly(app: App) -> None:
-    @app.job(max_attempts=1)
+def test_result_that_is_not_json_goes_dead_at_once_without_running_again(app: App, clock) -> None:
+    calls = []
+
+    @app.job(max_attempts=3, backoff=FAST)
     def bad(ctx) -> object:
-        return object()
+        calls.append(1)  # the job's work: a retry would do it again
+        return {1, 2}
 
     bad.enqueue(key="x")
-    app.work(burst=True)
+    for _ in range(3):
+        app.work(burst=True)
+        clock.advance(1000)
     job = app.get("x")
+    assert calls == [1]
+    assert job.state == State.DEAD and job.reason == "permanent" and job.error_type == "UnstorableValue"
+    assert job.error_message.startswith("job 'bad' returned a value that cannot be stored as JSON: the job's "
+                                        "result is a set")
+    assert job.error_message.endswith("its work is done but not recorded, so it is not retried")
+
+
+@pytest.mark.parametrize("wait", [float("nan"), float("inf"), 1e12, -1.0])
+def test_a_retry_after_that_is_no_wait_fails_its_attempt_and_nothing_else(app: App, clock, wait: float) -> None:
+    @app.job(max_attempts=3, backoff=FAST)
+    def limited(ctx) -> None:
+        raise RetryAfter(wait)  # e.g. RetryAfter(float(header)) with a header in epoch milliseconds
+
+    @app.job
+    def other(ctx, i: int) -> int:
+        return i
+
+    for i in range(4):
+        other.enqueue(i, key=f"o{i}")
+    limited.enqueue(key="ra")
+    app.work(burst=True)  # one batch holds all five outcomes: the bad one must not sink the others
+    assert [app.get(f"o{i}").state for i in range(4)] == [State.SUCCEEDED] * 4
+    job = app.get("ra")
+    assert job.state == State.SCHEDULED and job.attempt == 1 and job.deferrals == 0
+    assert job.run_at.timestamp() == pytest.approx(clock.now() + 10.0)  # the backoff, not the wait
+    assert job.trace[0].outcome == "failed" and job.error_type == "InvalidInput"
+    assert job.error_message.startswith("RetryAfter needs a number of seconds from 0 to 31536000000")
+    assert len(app.jobs_list()) == 5
+
+
+def test_ctx_sleep_longer_than_any_date_fails_its_attempt_clearly(app: App) -> None:
+    @app.job(max_attempts=1)
+    def napper(ctx) -> None:
+        ctx.sleep(1e12)
+
+    napper.enqueue(key="n")
+    app.work(burst=True)
+    job = app.get("n")
     assert job.state == State.DEAD and job.error_type == "InvalidInput"
-    assert "result" in job.error_message and "JSON" in job.error_message
+    assert job.error_message.startswith("ctx.sleep needs a number of seconds from 0 to 31536000000")
+    assert len(app.jobs_list()) == 1
 
 
 def test_unknown_job_name_goes_dead_and_nothing_is_imported(store_url: str, clock) -> None:
@@ -287,3 +331,26 @@ def test_secret_arguments_are_masked_in_every_view(app: App) -> None:
     assert view["arguments"] == {"user": "ann", "password": "********", "api_key": "********"}
     text = repr(job) + str(view)
     assert "hunter2" not in text and "sk_live_1" not in text
+
+
+def test_an_error_that_quotes_a_secret_argument_keeps_it_out_of_the_trace(app: App, caplog) -> None:
+    @app.job(max_attempts=1)
+    def charge(ctx, order: str, api_key: str, auth: dict) -> None:
+        ctx.step("lookup", lambda: order)
+        raise ConnectionError(f"refused {api_key} for {order} (token {auth['bearer']})")
+
+    charge.enqueue("o-1", "sk_live_SECRET", {"bearer": "tok_XYZ123"}, key="c")
+    with caplog.at_level("INFO", logger="firesafe"):
+        app.work(burst=True)
+    job = app.get("c")
+    assert job.state == State.DEAD
+    assert job.error_message == "refused ******** for o-1 (token ********)"
+    attempt = job.trace[0]
+    assert attempt.message == job.error_message and "ConnectionError" in attempt.traceback
+    app.alerts.flush()
+    [alert] = app.alerts.list(kind="dead_letter")
+    alerted = alert.document["jobs"][0]["attempts"][0]
+    assert alerted["message"] == job.error_message
+    seen = " ".join([job.error_message, attempt.traceback, str(attempt.detail), caplog.text, str(alert)])
+    assert "sk_live_SECRET" not in seen and "tok_XYZ123" not in seen
+    assert "o-1" in attempt.message  # other arguments are still quoted
