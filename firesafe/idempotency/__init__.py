@@ -1,4 +1,5 @@
-"""Part 1, idempotency: keys, fingerprints and the canonical JSON they are computed over."""
+"""Part 1, idempotency: keys, fingerprints and the canonical JSON they are computed over, and the
+step keys handed to providers."""
 
 from firesafe.idempotency.keys import (
     MAX_KEY_LENGTH,
@@ -8,6 +9,7 @@ from firesafe.idempotency.keys import (
     check_name,
     fingerprint,
     new_key,
+    step_key,
 )
 
 __all__ = [
@@ -18,4 +20,5 @@ __all__ = [
     "check_name",
     "fingerprint",
     "new_key",
+    "step_key",
 ]

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import re
+import sys
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -48,6 +49,41 @@ def check_key(key: object) -> str:
     if not key.isprintable():
         raise InvalidInput(f"a job key must be printable characters only: {key!r}")
     return key
+
+
+#: Step names escape ``%`` first, then ``/``, so the last ``/`` of a step key is its separator.
+_STEP_ESCAPES = (("%", "%25"), ("/", "%2F"))
+#: Where a shortened step key puts its ``#``: what is left of 255 characters after ``#`` and a SHA-256.
+_CUT = MAX_KEY_LENGTH - 65
+#: The shape of a shortened step key. A key that merely looks like one is shortened too, so a step
+#: name that copies another key's digest cannot borrow that key.
+_SHORTENED = re.compile(rf".{{{_CUT}}}#[0-9a-f]{{64}}", re.DOTALL)
+
+
+def step_key(job_key: str, step: str) -> str:
+    """A key for the provider, one per (job key, step name): the same on every attempt, at most 255
+    characters, and never the key of another (job key, step name) pair.
+
+    The format is ``JOB_KEY/STEP`` with ``%`` and then ``/`` in the step name written ``%25`` and
+    ``%2F`` (the job key is kept as it is): the step part holds no ``/``, so the last ``/`` splits
+    the two parts one way only. A key longer than 255 characters, or one that has the shape of a
+    shortened key, is shortened: its first 190 characters, ``#``, and the SHA-256 (hex) of the whole
+    key, 255 characters in all.
+
+    >>> step_key("refund:o-1", "charge")
+    'refund:o-1/charge'
+    >>> step_key("a", "b/c"), step_key("a/b", "c")
+    ('a/b%2Fc', 'a/b/c')
+    >>> len(step_key("k" * 250, "charge"))
+    255
+    """
+    for char, escaped in _STEP_ESCAPES:
+        step = step.replace(char, escaped)
+    key = f"{job_key}/{step}"
+    if len(key) <= MAX_KEY_LENGTH and not _SHORTENED.fullmatch(key):
+        return key
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    return f"{key[:_CUT]}#{digest}"
 
 
 def new_key(name: str) -> str:
@@ -125,13 +161,20 @@ def _plain(value: Any) -> bool:
 
 def _encode(value: Any, what: str, limit: int | None) -> tuple[str, bool]:
     plain = _plain(value)
-    if not plain:
-        _walk(value, what)
     try:
+        if not plain:
+            _walk(value, what)
         text = _encode_plain(value) if plain else _ENCODER.encode(value)
-    except ValueError:  # NaN or an infinity among plain values: say where
-        _walk(value, what)
-        raise
+    except RecursionError:
+        raise InvalidInput(f"{what} are nested too deeply to be written as JSON") from None
+    except ValueError as exc:
+        if isinstance(exc, InvalidInput):
+            raise
+        _walk(value, what)  # NaN or an infinity among plain values: say where
+        if "integer string conversion" in str(exc):  # past Python's limit (sys.set_int_max_str_digits)
+            raise InvalidInput(f"{what} hold an integer of more than {sys.get_int_max_str_digits()} digits, "
+                               "which cannot be written as JSON") from None
+        raise InvalidInput(f"{what} cannot be written as JSON: {exc}") from None
     try:
         size = len(text.encode())
     except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 (and no store) can carry it

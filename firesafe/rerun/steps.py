@@ -9,14 +9,16 @@ it to the provider (an ``Idempotency-Key`` header) and the provider closes that 
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
+import math
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from firesafe.errors import InvalidInput, Permanent, RetryAfter
-from firesafe.idempotency.keys import MAX_KEY_LENGTH, canonical_json
+from firesafe.errors import InvalidInput, Permanent, RetryAfter, UnstorableValue
+from firesafe.idempotency.keys import canonical_json
+from firesafe.idempotency.keys import step_key as step_key  # re-exported: ctx.idempotency_key uses it
 
 if TYPE_CHECKING:
     from firesafe.store.base import StepRecord, Store
@@ -45,21 +47,6 @@ class DurableSleep(RetryAfter):
     """Raised by ``ctx.sleep``: the job is put back and resumes after the wait (no worker held)."""
 
 
-def step_key(job_key: str, step: str) -> str:
-    """A key for the provider, the same on every attempt of this job and step, at most 255 chars.
-
-    >>> step_key("refund:o-1", "charge")
-    'refund:o-1/charge'
-    >>> len(step_key("k" * 250, "charge"))
-    255
-    """
-    key = f"{job_key}/{step}"
-    if len(key) <= MAX_KEY_LENGTH:
-        return key
-    digest = hashlib.sha256(key.encode()).hexdigest()
-    return f"{key[:MAX_KEY_LENGTH - 65]}#{digest}"
-
-
 class Steps:
     """The step record of one attempt (``ctx.step`` and ``ctx.sleep`` use it)."""
 
@@ -67,7 +54,8 @@ class Steps:
         self._store = store
         self._job_id = job_id
         self._token = token
-        self._recorded: list[StepRecord] | None = None
+        self._recorded: dict[int, StepRecord] | None = None  # by the position each was recorded at
+        self._positions: dict[str, int] = {}  # the recorded position of each recorded name
         self._seen: list[str] = []
         self.log: list[dict[str, Any]] = []
 
@@ -77,21 +65,35 @@ class Steps:
         if name in self._seen:
             raise DuplicateStep(f"step {name!r} was already used in this run; step names must be unique")
         if self._recorded is None:
-            self._recorded = self._store.step_list(self._job_id)
+            self._recorded = {r.position: r for r in self._store.step_list(self._job_id)}
+            self._positions = {r.name: r.position for r in self._recorded.values()}
         position = len(self._seen)
         self._seen.append(name)
-        rec = self._recorded[position] if position < len(self._recorded) else None
-        if rec is not None and rec.name != name:
-            recorded = [r.name for r in self._recorded]
-            raise NonDeterminism(
-                f"step {position + 1} is {name!r} in this run but {rec.name!r} in the recorded run; "
-                f"recorded: {recorded}, this run: {self._seen}. The job's code changed its steps: "
-                "rerun it --from-step or --from-scratch"
-            )
-        return name, position, rec
+        # A step that failed left no record, so recorded positions may have gaps: compare by position.
+        rec = self._recorded.get(position)
+        if rec is not None and rec.name == name:
+            return name, position, rec
+        if rec is not None:
+            where = f"{rec.name!r} in the recorded run"
+        elif name in self._positions:  # recorded at another place: running it again would repeat it
+            where = f"step {self._positions[name] + 1} in the recorded run"
+        else:
+            return name, position, None
+        recorded = [r.name for _, r in sorted(self._recorded.items())]
+        raise NonDeterminism(
+            f"step {position + 1} is {name!r} in this run but {where}; recorded: {recorded}, "
+            f"this run: {self._seen}. The job's code changed its steps: rerun it --from-step or --from-scratch"
+        )
 
     def _record(self, name: str, position: int, value: Any) -> Any:
-        text = canonical_json(value, what=f"the result of step {name!r}", limit=MAX_STEP_RESULT)
+        try:
+            text = canonical_json(value, what=f"the result of step {name!r}", limit=MAX_STEP_RESULT)
+        except (ValueError, TypeError, RecursionError):  # InvalidInput is a ValueError
+            # The effect has happened: a retry would repeat it, so the error is permanent.
+            error = UnstorableValue(f"step {name!r} returned a value {_why_unstorable(value)}; its effect "
+                                    "ran but is not recorded, so the job is not retried")
+            self._failed(name, error)
+            raise error from None
         if not self._store.step_record(self._job_id, self._token, name, position, text):
             raise LeaseLost(f"step {name!r} finished after this attempt lost its lease; its record was dropped")
         self.log.append({"name": name, "status": "ran"})
@@ -143,3 +145,53 @@ class Steps:
             self.log.append({"name": name, "status": "restored"})
         if until > now:
             raise DurableSleep(until - now, reason=f"durable sleep {name!r} until {until:.3f}")
+
+
+def _why_unstorable(value: Any) -> str:
+    """Why ``value`` cannot be a step's record, e.g. ``that cannot be stored as JSON (set at [0]['ids'])``."""
+    try:
+        text = canonical_json(value, limit=None)
+    except (ValueError, TypeError, RecursionError):
+        try:
+            part = _not_json(value, "")
+        except RecursionError:
+            part = "a value nested too deeply or holding itself"
+        return f"that cannot be stored as JSON ({part or type(value).__name__})"
+    return f"too large to store ({len(text.encode())} bytes of JSON; the cap is {MAX_STEP_RESULT} bytes)"
+
+
+def _not_json(value: Any, path: str) -> str | None:
+    """The first part of ``value`` that JSON cannot carry, and where (None: none found).
+
+    >>> _not_json({"ok": [1, {"ids": {1, 2}}]}, "")
+    "set at ['ok'][1]['ids']"
+    >>> _not_json(float("inf"), "")
+    'float inf'
+    """
+    at = f" at {path}" if path else ""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return f"str with a lone surrogate{at}"
+        return None
+    if isinstance(value, int):
+        try:
+            int.__repr__(value)
+        except ValueError:
+            return f"int of more than {sys.get_int_max_str_digits()} digits{at}"
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"float {value!r}{at}"
+    if isinstance(value, (list, tuple)):
+        return next((p for i, v in enumerate(value) if (p := _not_json(v, f"{path}[{i}]"))), None)
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                return f"dict with a key of type {type(k).__name__}{at}"
+            if p := _not_json(v, f"{path}[{k!r}]"):
+                return p
+        return None
+    return f"{type(value).__name__}{at}"

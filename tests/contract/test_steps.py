@@ -142,14 +142,14 @@ def test_rerun_of_a_waiting_job_is_refused(app: App) -> None:
 
 
 def test_step_result_that_is_not_json_fails_the_attempt_clearly(app: App) -> None:
-    @app.job(max_attempts=1)
+    @app.job(max_attempts=3)
     def bad(ctx) -> None:
         ctx.step("s", lambda: {1, 2})
 
     bad.enqueue(key="b")
     app.work(burst=True)
     job = app.get("b")
-    assert job.state == State.DEAD and job.error_type == "InvalidInput"
+    assert job.state == State.DEAD and job.reason == "permanent" and job.error_type == "UnstorableValue"
     assert "step 's'" in job.error_message and app.steps("b") == []
 
 

@@ -35,7 +35,19 @@ JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
+
+
+def _nested(depth: int) -> list[Any]:
+    top: list[Any] = []
+    inner = top
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]
+    return top
+
+
 NOT_JSON = st.one_of(
+    st.just(10 ** 5000),  # past Python's digits for text
     st.just(PICKLE_BYTES), st.binary(min_size=1, max_size=8), st.just(Sneaky()), st.sets(st.integers(), min_size=1),
     st.just(float("nan")), st.just(float("inf")), st.just(-math.inf), st.complex_numbers(),
     st.just(datetime(2024, 5, 1, tzinfo=UTC)), st.just(Decimal("1.5")), st.just(object()),
@@ -126,6 +138,19 @@ def test_payloads_that_are_not_json_are_refused(fuzz_app: App, value: Any) -> No
                  lambda: fuzz_app.jobs["take"].enqueue(a=[1, {"deep": value}]),
                  lambda: fuzz_app.jobs["take"].enqueue_many([{"args": [1]}, {"args": [value]}])):
         with pytest.raises(InvalidInput, match=r"JSON|cannot carry|non-string key"):
+            call()
+    assert total(fuzz_app) == before
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    (10 ** 5000, "hold an integer of more than 4300 digits, which cannot be written as JSON"),
+    (_nested(5000), "are nested too deeply to be written as JSON")], ids=["huge-int", "deep-nesting"])
+def test_a_number_or_a_nesting_python_cannot_write_as_text_is_refused_clearly(fuzz_app: App, value: Any,
+                                                                               says: str) -> None:
+    before = total(fuzz_app)
+    for call in (lambda: fuzz_app.jobs["take"].enqueue(value),
+                 lambda: fuzz_app.jobs["take"].enqueue_many([{"args": [1]}, {"args": [value]}])):
+        with pytest.raises(InvalidInput, match=f"^arguments {says}$"):
             call()
     assert total(fuzz_app) == before
 
