@@ -10,7 +10,7 @@ from __future__ import annotations
 import getpass
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from firesafe.app import App
 
 CHUNK = 500
+#: The reason a key is skipped when its job is gone (purged or pruned) by the time of the move.
+NOT_FOUND = "not found"
 
 
 def default_actor() -> str:
@@ -36,11 +38,17 @@ def default_actor() -> str:
 
 @dataclass(frozen=True)
 class ReviewResult:
-    """What a replay or discard did (or, with ``dry_run``, would do)."""
+    """What a replay or discard did (or, with ``dry_run``, would do).
+
+    Every key asked for by name ends up in ``keys`` or in ``skipped``; ``reasons`` says why each
+    skipped key was left alone: the state its job was in (``running``, ``succeeded``, ...), or
+    ``not found`` when the job was deleted meanwhile.
+    """
 
     keys: list[str]
     dry_run: bool
-    skipped: list[str]  # matched, but no longer in a state the action applies to
+    skipped: list[str]  # asked for or matched, but not in a state the action applies to
+    reasons: dict[str, str] = field(default_factory=dict)  # skipped key -> why
 
     @property
     def count(self) -> int:
@@ -77,30 +85,38 @@ class DeadLetters:
         return self._app.store.job_count(self._filter(job=job, error=error, since=since, until=until,
                                                       queue=queue))
 
-    def _targets(self, keys: Sequence[str] | None, states: tuple[State, ...], **filters: object) -> list[Job]:
-        store = self._app.store
+    def _jobs(self, keys: Sequence[str]) -> dict[str, Job]:
+        """The jobs with these keys, by key (a key whose job does not exist is absent)."""
+        found: dict[str, Job] = {}
+        for i in range(0, len(keys), CHUNK):
+            chunk = list(keys[i:i + CHUNK])
+            found.update((j.key, j) for j in self._app.store.job_list(JobFilter(keys=chunk, limit=len(chunk))))
+        return found
+
+    def _targets(self, keys: Sequence[str] | None, states: tuple[State, ...],
+                 **filters: object) -> tuple[list[Job], dict[str, str]]:
+        """The jobs to act on, and the keys asked for by name that are left alone, with why."""
         if keys is not None:
-            found = []
-            for i in range(0, len(keys), CHUNK):
-                chunk = list(keys[i:i + CHUNK])
-                found += store.job_list(JobFilter(keys=chunk, limit=len(chunk)))
-            missing = set(keys) - {j.key for j in found}
+            keys = list(dict.fromkeys(keys))
+            found = self._jobs(keys)
+            missing = [k for k in keys if k not in found]
             if missing:
                 raise InvalidInput(f"no job with key(s): {', '.join(sorted(missing)[:10])}")
-            return [j for j in found if j.state in states]
+            jobs = [found[k] for k in keys]
+            return [j for j in jobs if j.state in states], {j.key: str(j.state) for j in jobs if j.state not in states}
         out: list[Job] = []
         while True:  # dead jobs by filter, every page
-            page = store.job_list(self._filter(limit=CHUNK, offset=len(out), **filters))  # type: ignore[arg-type]
+            page = self._app.store.job_list(self._filter(limit=CHUNK, offset=len(out), **filters))  # type: ignore[arg-type]
             out += page
             if len(page) < CHUNK:
-                return out
+                return out, {}
 
     def _act(self, action: str, keys: Sequence[str] | None, dry_run: bool, actor: str | None,
              progress: Callable[[int, int], None] | None, **filters: object) -> ReviewResult:
         states = (State.DEAD, State.CANCELLED) if action == "replay" else (State.DEAD,)
-        targets = self._targets(keys, states, **filters)
+        targets, reasons = self._targets(keys, states, **filters)
         if dry_run:
-            return ReviewResult([j.key for j in targets], True, [])
+            return ReviewResult([j.key for j in targets], True, list(reasons), reasons)
         actor = actor or default_actor()
         move = self._app.store.job_replay_many if action == "replay" else self._app.store.job_discard_many
         moved_ids: set[int] = set()
@@ -111,8 +127,11 @@ class DeadLetters:
                 progress(min(i + CHUNK, len(targets)), len(targets))
         if action == "replay" and moved_ids:
             self._app._wake_workers()
-        return ReviewResult([j.key for j in targets if j.id in moved_ids], False,
-                            [j.key for j in targets if j.id not in moved_ids])
+        lost = [j.key for j in targets if j.id not in moved_ids]  # moved on between the read and the move
+        if lost:
+            now = self._jobs(lost)
+            reasons.update((k, str(now[k].state) if k in now else NOT_FOUND) for k in lost)
+        return ReviewResult([j.key for j in targets if j.id in moved_ids], False, list(reasons), reasons)
 
     def replay(self, keys: Sequence[str] | None = None, *, job: str | None = None, error: str | None = None,
                since: datetime | float | None = None, until: datetime | float | None = None,
