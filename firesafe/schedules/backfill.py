@@ -5,15 +5,19 @@ window the scheduler (or an earlier backfill) enqueued is not enqueued again. Wh
 windows that already have a job is the ``rerun`` policy's choice:
 
 - ``none``: leave them (succeeded, failed or still waiting);
-- ``failed``: re-run dead and cancelled windows (resuming their recorded steps);
-- ``all``: re-run every finished window, succeeded too (from scratch).
+- ``failed``: re-run dead and cancelled windows, resuming their recorded steps;
+- ``all``: re-run every finished window: dead and cancelled ones as ``failed`` does (resuming their
+  recorded steps), succeeded ones from scratch (their recorded steps run again).
 
-Windows still waiting or running are never touched.
+Windows still waiting or running are never touched. A window whose key is stored with other bounds
+(the schedule's expression changed since it was enqueued) keeps its stored job and is reported as a
+conflict, as the scheduler does; the rest of the range is enqueued.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,13 +25,18 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
-from firesafe.errors import InvalidInput
+from firesafe.errors import IdempotencyConflict, InvalidInput
+from firesafe.idempotency.keys import fingerprint, payload_json
 from firesafe.schedules.store import NewEvent
+from firesafe.schedules.windows import local_instant
 from firesafe.states import State
 
 if TYPE_CHECKING:
     from firesafe.app import App
+    from firesafe.models import Job
     from firesafe.schedules.schedule import Schedule
+
+log = logging.getLogger("firesafe.schedules")
 
 RERUN_POLICIES = ("none", "failed", "all")
 #: Windows per enqueue transaction.
@@ -58,25 +67,31 @@ class BackfillResult:
     succeeded: int = 0  # skipped: succeeded already
     failed: int = 0  # skipped: dead or cancelled (rerun none)
     active: int = 0  # skipped: waiting or running
+    conflicts: int = 0  # skipped: stored with other bounds (the expression changed); not in a dry run
     not_due: int = 0  # windows of the range that have not ended yet: left to the scheduler
     keys: list[str] = field(default_factory=list)  # windows enqueued or re-run (would be), the first MAX_KEYS
+    conflict_keys: list[str] = field(default_factory=list)  # the conflicts' keys, the first MAX_KEYS
 
     @property
     def skipped(self) -> int:
-        return self.succeeded + self.failed + self.active
+        return self.succeeded + self.failed + self.active + self.conflicts
 
     def as_dict(self) -> dict[str, Any]:
         return {"schedule": self.schedule, "from": self.start.isoformat(), "to": self.end.isoformat(),
                 "dry_run": self.dry_run, "rerun": self.rerun, "windows": self.windows, "enqueued": self.enqueued,
                 "rerun_count": self.rerun_count, "skipped_succeeded": self.succeeded,
-                "skipped_failed": self.failed, "skipped_active": self.active, "not_due": self.not_due,
-                "keys": self.keys}
+                "skipped_failed": self.failed, "skipped_active": self.active,
+                "skipped_conflict": self.conflicts, "not_due": self.not_due, "keys": self.keys,
+                "conflict_keys": self.conflict_keys}
 
 
 def bound(value: object, schedule: Schedule, *, end: bool) -> datetime:
     """A range bound as an aware datetime: a date is local midnight in the schedule's zone (an end
-    date covers its whole day); a naive datetime or ISO text is read in the schedule's zone."""
+    date covers its whole day); a naive datetime or ISO text is read in the schedule's zone, a wall
+    time skipped by a daylight-saving change as the first instant after the gap (as the schedule's
+    own fires are)."""
     zone = schedule.cron.zone
+    given = value
     if isinstance(value, str):
         text = value.strip()
         try:
@@ -84,12 +99,38 @@ def bound(value: object, schedule: Schedule, *, end: bool) -> datetime:
         except ValueError:
             raise InvalidInput(f"{value!r} is not a date (2026-11-01) or an ISO datetime "
                                "(2026-11-01T02:00, 2026-11-01T02:00+01:00)") from None
-    if isinstance(value, datetime):
-        return value if value.tzinfo is not None else value.replace(tzinfo=zone)
-    if isinstance(value, date):
-        day = value + timedelta(days=1) if end else value
-        return datetime.combine(day, time(), tzinfo=zone)
-    raise InvalidInput(f"a backfill bound must be a date or a datetime, not {type(value).__name__}")
+    if not isinstance(value, date):
+        raise InvalidInput(f"a backfill bound must be a date or a datetime, not {type(value).__name__}")
+    try:
+        if isinstance(value, datetime):
+            result = value if value.tzinfo is not None else local_instant(value, zone)
+        else:
+            day = value + timedelta(days=1) if end else value
+            result = local_instant(datetime.combine(day, time()), zone)
+        result.timestamp()  # an instant before year 1 or after 9999 in UTC fails here
+    except (OverflowError, ValueError):  # before year 1 or past year 9999
+        raise _out_of_range(f"{'to' if end else 'from'} {_shown(given)}", schedule) from None
+    return result
+
+
+def _out_of_range(what: str, schedule: Schedule) -> InvalidInput:
+    return InvalidInput(f"{what} is outside what can be scheduled: the windows of {schedule.name!r} can be "
+                        "computed between the years 1 and 9999 (a window near either end needs the fires "
+                        "around it too)")
+
+
+def _is_day(value: object) -> bool:
+    """Whether a range bound is a date (a whole day), not a datetime."""
+    if isinstance(value, str):
+        return len(value.strip()) == 10
+    return isinstance(value, date) and not isinstance(value, datetime)
+
+
+def _shown(value: object) -> str:
+    """A range bound as the user gave it."""
+    if isinstance(value, str):
+        return value.strip()
+    return value.isoformat() if isinstance(value, date) else repr(value)
 
 
 def backfill(app: App, name: str, start: object, end: object, *, dry_run: bool = False, rerun: str = "none",
@@ -108,7 +149,8 @@ def backfill(app: App, name: str, start: object, end: object, *, dry_run: bool =
         raise InvalidInput(f"max_active must be a whole number >= 1 (or None), not {max_active!r}")
     lo, hi = bound(start, schedule, end=False), bound(end, schedule, end=True)
     if lo >= hi:
-        raise InvalidInput(f"the range is empty: from {lo.isoformat()} is not before to {hi.isoformat()}")
+        why = f" (a date as 'to' covers its whole day, up to {hi.isoformat()})" if _is_day(end) else ""
+        raise InvalidInput(f"the range is empty: from {_shown(start)} is not before to {_shown(end)}{why}")
     store = app.store
     now = store.now()
     result = BackfillResult(name, lo, hi, dry_run, rerun)
@@ -121,13 +163,16 @@ def backfill(app: App, name: str, start: object, end: object, *, dry_run: bool =
             yield w
 
     total = 0  # a first pass only counts (windows are cheap to compute); the second enqueues
-    for w in schedule.cron.iter_windows_starting(lo_ts, hi_ts):
-        if w[1] <= now:
-            total += 1
-        else:
-            result.not_due += 1
-            if result.not_due >= FUTURE_LIMIT:
-                break
+    try:  # the second pass computes no window this one did not, so it cannot fail where this passed
+        for w in schedule.cron.iter_windows_starting(lo_ts, hi_ts):
+            if w[1] <= now:
+                total += 1
+            else:
+                result.not_due += 1
+                if result.not_due >= FUTURE_LIMIT:
+                    break
+    except (OverflowError, ValueError):  # a fire past year 9999 or before year 1
+        raise _out_of_range(f"the range from {_shown(start)} to {_shown(end)}", schedule) from None
     result.windows = total
     who = actor or default_actor()
     backfill_id = uuid.uuid4().hex[:12]
@@ -166,7 +211,7 @@ def backfill(app: App, name: str, start: object, end: object, *, dry_run: bool =
         store.schedule_event_record(name, NewEvent("backfill_finished", {
             "id": backfill_id, "from": lo.isoformat(), "to": hi.isoformat(), "windows": total,
             "enqueued": result.enqueued, "rerun_count": result.rerun_count, "skipped": result.skipped,
-            "actor": who}, dedupe=f"backfill_finished:{name}:{backfill_id}"))
+            "conflicts": result.conflicts, "actor": who}, dedupe=f"backfill_finished:{name}:{backfill_id}"))
     return result
 
 
@@ -197,15 +242,20 @@ def _classify_dry(app: App, result: BackfillResult, items: list[dict[str, Any]])
 def _apply(app: App, schedule: Schedule, result: BackfillResult, items: list[dict[str, Any]],
            chunk: list[tuple[int, int]], actor: str) -> list[float]:
     """Enqueue a chunk; re-run what the policy asks. Returns the window starts now enqueued or re-run."""
-    jobs = schedule.job.enqueue_many(items)
+    jobs = _enqueue_skipping_conflicts(app, schedule, items)
     resolved: list[float] = []
-    from_position = 0 if result.rerun == "all" else None  # failed: resume the recorded steps
-    for job, window in zip(jobs, chunk, strict=True):
-        if job.created:
+    for job, item, window in zip(jobs, items, chunk, strict=True):
+        if job is None:
+            result.conflicts += 1
+            if len(result.conflict_keys) < MAX_KEYS:
+                result.conflict_keys.append(item["key"])
+        elif job.created:
             result.enqueued += 1
             _note(result, job.key)
             resolved.append(window[0])
         elif _wants_rerun(result.rerun, job.state):
+            # a succeeded window runs from scratch; a dead or cancelled one resumes its recorded steps
+            from_position = 0 if job.state == State.SUCCEEDED else None
             if app.store.job_rerun(job.id, actor, from_position):
                 result.rerun_count += 1
                 _note(result, job.key)
@@ -215,6 +265,40 @@ def _apply(app: App, schedule: Schedule, result: BackfillResult, items: list[dic
         else:
             _count_skip(result, job.state)
     return resolved
+
+
+def _enqueue_skipping_conflicts(app: App, schedule: Schedule, items: list[dict[str, Any]]) -> list[Job | None]:
+    """Enqueue windows, each at most once. A window whose key is stored with other bounds (or for
+    another job) keeps its stored job and is None here, logged as the scheduler does; the others are
+    enqueued all the same."""
+    conflicts: set[str] = set()
+    while True:
+        todo = [item for item in items if item["key"] not in conflicts]
+        try:
+            jobs = iter(schedule.job.enqueue_many(todo))
+        except IdempotencyConflict as exc:
+            if not any(item["key"] == exc.key for item in todo):  # not one of these windows
+                raise
+            found = _conflicting(app, schedule, todo) | {exc.key}  # exc.key: each round skips one more
+            for key in sorted(found):
+                log.warning("schedule %s: window %s exists with other bounds (was the expression changed?); "
+                            "kept the stored one", schedule.name, key)
+            conflicts |= found
+            continue
+        return [None if item["key"] in conflicts else next(jobs) for item in items]
+
+
+def _conflicting(app: App, schedule: Schedule, items: list[dict[str, Any]]) -> set[str]:
+    """The keys among ``items`` stored with another fingerprint (other bounds, or another job's)."""
+    stored = app.store.schedule_window_states([item["key"] for item in items])
+    out = set()
+    for item in items:
+        if item["key"] in stored:
+            job = app.store.job_get(item["key"])
+            want = fingerprint(schedule.name, payload_json(item["args"], {}, limit=None)[0])
+            if job is not None and job.fingerprint != want:
+                out.add(item["key"])
+    return out
 
 
 def _note(result: BackfillResult, key: str) -> None:

@@ -94,6 +94,39 @@ def at(ts: int | float, zone: tzinfo) -> datetime:
     return local.replace(tzinfo=fixed_offset(int(offset.total_seconds())), fold=0)
 
 
+def local_instant(naive: datetime, zone: tzinfo) -> datetime:
+    """The instant a wall time of ``zone`` names, by the same rule as a fixed-time schedule: a wall
+    time that is skipped (a daylight-saving gap) is the first valid instant after the gap; one that
+    happens twice is its first occurrence. Carries the fixed UTC offset in force then.
+
+    >>> berlin = ZoneInfo("Europe/Berlin")
+    >>> local_instant(datetime(2026, 3, 29, 2, 30), berlin).isoformat()
+    '2026-03-29T03:00:00+02:00'
+    >>> local_instant(datetime(2026, 10, 25, 2, 30), berlin).isoformat()
+    '2026-10-25T02:30:00+02:00'
+    >>> local_instant(datetime(2026, 11, 1, 0, 0, 0, 250000), berlin).isoformat()
+    '2026-11-01T00:00:00.250000+01:00'
+    """
+    a = naive.replace(tzinfo=zone, fold=0)
+    b = naive.replace(tzinfo=zone, fold=1)
+    off_a, off_b = a.utcoffset(), b.utcoffset()
+    assert off_a is not None and off_b is not None
+    if off_a < off_b:  # skipped: the gap ends between the two readings of this wall time
+        return at(gap_end(zone, math.floor(b.timestamp()), math.ceil(a.timestamp()), off_b), zone)
+    return naive.replace(tzinfo=fixed_offset(int(off_a.total_seconds())), fold=0)
+
+
+def gap_end(zone: tzinfo, lo: int, hi: int, after: timedelta) -> int:
+    """The first instant in (lo, hi] whose UTC offset in ``zone`` is ``after``: the end of a DST gap."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if datetime.fromtimestamp(mid, zone).utcoffset() == after:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 @dataclass(frozen=True)
 class Window:
     """One window of a schedule: from ``start`` (included) to ``end`` (excluded), aware datetimes.
@@ -203,13 +236,7 @@ class Cron:
 
     def _gap_end(self, lo: int, hi: int, after: timedelta) -> int:
         """The first instant in (lo, hi] whose UTC offset is ``after``: the end of a DST gap."""
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if datetime.fromtimestamp(mid, self.zone).utcoffset() == after:
-                hi = mid
-            else:
-                lo = mid
-        return hi
+        return gap_end(self.zone, lo, hi, after)
 
     def _local_date(self, ts: int) -> date:
         return datetime.fromtimestamp(ts, self.zone).date()

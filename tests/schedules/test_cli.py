@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import click
@@ -94,13 +98,21 @@ def test_backfill_dry_run_confirm_rerun_and_repeat(target: str) -> None:
 
 def test_backfill_bad_input(target: str) -> None:
     out = run("backfill", target, "nightly_sync", "--from", "2026-11-30", "--to", "2026-11-01")
-    assert out.exit_code == 1 and "--from 2026-11-30 is after --to 2026-11-01" in out.output
+    assert out.exit_code == 1 and "the range is empty: from 2026-11-30 is not before to 2026-11-01" in out.output
     out = run("backfill", target, "nightly_sync", "--from", "yesterday", "--to", "2026-11-01")
     assert out.exit_code == 1 and "is not a date" in out.output
     out = run("backfill", target, "nightly_sync", "--from", "2026-11-01", "--to", "2026-11-02", "--rerun", "some")
     assert out.exit_code == 2
     out = run("backfill", target, "nope", "--from", "2026-11-01", "--to", "2026-11-02")
     assert out.exit_code == 1 and "no schedule named 'nope'" in out.output
+
+
+@pytest.mark.parametrize(("start", "end"), [("9000-01-01", "9999-12-31"), ("0001-01-01", "0001-01-03")])
+def test_backfill_of_a_range_that_cannot_be_scheduled_is_a_one_line_error(target: str, start: str, end: str) -> None:
+    out = run("backfill", target, "nightly_sync", "--from", start, "--to", end, "--dry-run")
+    assert out.exit_code == 1
+    assert "is outside what can be scheduled" in out.output and "Traceback" not in out.output
+    assert len(out.output.strip().splitlines()) == 1
 
 
 def test_an_invalid_schedule_is_a_clear_error_when_the_app_loads(tmp_path: Path,
@@ -115,3 +127,90 @@ def test_an_invalid_schedule_is_a_clear_error_when_the_app_loads(tmp_path: Path,
     assert out.exit_code == 1
     assert "unknown time zone 'Europe/Berln'" in out.output and "Traceback" not in out.output
     sys.modules.pop(name, None)
+
+
+def test_backfill_errors_name_the_bounds_as_given(target: str) -> None:
+    # the CLI hands the bounds to app.backfill as typed, so its errors quote them as typed
+    out = run("backfill", target, "five", "--from", "0001-01-01", "--to", "0001-01-02", "--dry-run")
+    assert out.exit_code == 1 and "the range from 0001-01-01 to 0001-01-02 is outside" in out.output, out.output
+    out = run("backfill", target, "five", "--from", "2026-11-02T00:00", "--to", "2026-11-02T00:00", "--dry-run")
+    assert out.exit_code == 1 and "from 2026-11-02T00:00 is not before to 2026-11-02T00:00" in out.output
+    assert "after" not in out.output and "Traceback" not in out.output
+
+
+OTHER_EXPRESSION = '''
+from firesafe import App
+
+app = App({url!r})
+
+
+@app.schedule("*/10 * * * *", catchup="latest")
+def five(ctx, window):
+    return None
+'''
+
+
+def test_backfill_reports_windows_stored_with_other_bounds(target: str, tmp_path: Path) -> None:
+    # Given windows of `five` enqueued every 5 minutes
+    done = json.loads(run("backfill", target, "five", "--from", "2026-11-01T00:00", "--to", "2026-11-01T00:30",
+                          "--yes", "--json").output)
+    assert done["enqueued"] == 6
+    # When the expression changes to every 10 minutes and the hour is backfilled again
+    name = f"fs_sched_changed_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(OTHER_EXPRESSION.format(url=f"sqlite:///{tmp_path}/cli.db"))
+    try:
+        out = run("backfill", f"{name}:app", "five", "--from", "2026-11-01T00:00", "--to", "2026-11-01T01:00", "--yes")
+    finally:
+        module = sys.modules.pop(name, None)
+        if module is not None:
+            module.app.close()
+    # Then the three windows stored with other bounds are named in the summary, the rest enqueued
+    assert out.exit_code == 0, out.output
+    assert "enqueued 3 window(s)" in out.output
+    assert "3 stored with other bounds (the expression changed; kept as stored)" in out.output
+    assert "five@2026-11-01T00:00:00+00:00, five@2026-11-01T00:10:00+00:00" in out.output
+
+
+def test_backfill_with_max_active_says_why_it_waits(target: str, tmp_path: Path) -> None:
+    # Given three windows waiting and no worker
+    assert run("backfill", target, "five", "--from", "2026-11-01T00:00", "--to", "2026-11-01T00:15",
+               "--yes").exit_code == 0
+    # When more are backfilled with --max-active 2 (without a terminal)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    log = tmp_path / "backfill.log"
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "firesafe", "backfill", target, "five", "--from",
+                                 "2026-11-01T00:00", "--to", "2026-11-01T01:00", "--yes", "--max-active", "2"],
+                                cwd=tmp_path, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    try:
+        # Then it keeps waiting, and says why on stderr
+        deadline = time.monotonic() + 20
+        while "waiting:" not in log.read_text() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert proc.poll() is None, log.read_text()
+        text = log.read_text()
+        assert "waiting: 3 window(s) of five waiting or running >= --max-active 2 (is a worker running?)" in text
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_unknown_schedules_subcommand_is_no_such_command(target: str) -> None:
+    out = run("schedules", "bogus")
+    assert out.exit_code == 2 and "No such command 'bogus'" in out.output
+    assert run("schedules", target).exit_code == 0  # MODULE:APP still lists
+    assert run("schedules", "--json", target).exit_code == 0
+
+
+def test_pause_and_resume_say_when_nothing_changed(target: str) -> None:
+    first = json.loads(run("schedules", "pause", target, "five", "--json").output)
+    assert first == {"schedule": "five", "paused": True, "changed": True, "next_due": None}
+    again = run("schedules", "pause", target, "five")
+    assert again.exit_code == 0 and "five was already paused" in again.output
+    assert json.loads(run("schedules", "pause", target, "five", "--json").output)["changed"] is False
+    resumed = json.loads(run("schedules", "resume", target, "five", "--json").output)
+    assert resumed["paused"] is False and resumed["changed"] is True
+    assert datetime.fromisoformat(resumed["next_due"]).tzinfo is not None
+    out = run("schedules", "resume", target, "five")
+    assert out.exit_code == 0 and "five was not paused" in out.output and "resumed" not in out.output

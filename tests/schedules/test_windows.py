@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from firesafe import ConfigError
 from firesafe.schedules.plan import decide
-from firesafe.schedules.windows import Cron, at
+from firesafe.schedules.windows import Cron, at, local_instant
 
 
 def day_fires(expr: str, tz: str, day: str) -> list[str]:
@@ -92,6 +92,19 @@ def test_next_and_previous_fire() -> None:
     nxt = cron.next_fire(t)
     assert cron.prev_fire(nxt + 1) == nxt and cron.next_fire(nxt) != nxt
     assert cron.window_at(nxt) == (nxt, cron.next_fire(nxt))
+
+
+@pytest.mark.parametrize(("tz", "wall", "instant"), [
+    ("Europe/Berlin", "2026-03-29T02:30", "2026-03-29T03:00:00+02:00"),  # skipped: the end of the gap
+    ("Europe/Berlin", "2026-03-29T02:00", "2026-03-29T03:00:00+02:00"),
+    ("Europe/Berlin", "2026-03-29T03:00", "2026-03-29T03:00:00+02:00"),
+    ("America/New_York", "2026-03-08T02:59:59.5", "2026-03-08T03:00:00-04:00"),
+    ("Australia/Lord_Howe", "2026-10-04T02:15", "2026-10-04T02:30:00+11:00"),  # a half-hour gap
+    ("Europe/Berlin", "2026-10-25T02:30", "2026-10-25T02:30:00+02:00"),  # repeated: the first occurrence
+    ("Europe/Berlin", "2026-11-01T00:00:00.250", "2026-11-01T00:00:00.250000+01:00"),
+])
+def test_a_wall_time_is_read_as_a_fixed_time_schedule_reads_it(tz: str, wall: str, instant: str) -> None:
+    assert local_instant(datetime.fromisoformat(wall), ZoneInfo(tz)).isoformat() == instant
 
 
 def test_rare_schedules() -> None:
