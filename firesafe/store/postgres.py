@@ -70,6 +70,18 @@ from firesafe.store.base import (
 
 log = logging.getLogger("firesafe.store")
 
+
+class _QuietPoolRetries(logging.Filter):
+    """Drops psycopg_pool's warning for each failed connection attempt of firesafe's own pools (one
+    per retry, two lines each, many during an outage): firesafe says once what is wrong, as a
+    StoreError or a worker's "store fault" line. Other pools' records pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno == logging.WARNING and "in 'firesafe-" in record.getMessage())
+
+
+logging.getLogger("psycopg.pool").addFilter(_QuietPoolRetries())
+
 DEFAULT_SCHEMA = "firesafe"
 #: Lower-case identifiers only, short enough that ``<schema>_jobs`` fits PostgreSQL's 63-byte names.
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
@@ -88,6 +100,10 @@ def parse_url(url: str) -> tuple[str, str]:
     Traceback (most recent call last):
     ...
     firesafe.errors.ConfigError: invalid schema ...
+    >>> parse_url("postgresql://db/app?sslmod=disable")
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.ConfigError: the store URL is not a valid PostgreSQL URL: invalid URI query parameter: "sslmod"
     >>> parse_url("postgresql://%a0@db/app")
     Traceback (most recent call last):
     ...
@@ -111,8 +127,8 @@ def parse_url(url: str) -> tuple[str, str]:
     except UnicodeDecodeError:
         raise ConfigError("the store URL has a %XX escape that does not decode to UTF-8 text (in the user, "
                           "password, database or a parameter); escape each byte of the UTF-8 text") from None
-    except psycopg.Error:
-        pass  # reported with its cause when a connection is made
+    except psycopg.Error as exc:  # a parameter libpq does not know, a malformed URL: no use connecting
+        raise ConfigError(f"the store URL is not a valid PostgreSQL URL: {_first_line(exc)}") from None
     return libpq, schema
 
 
@@ -302,6 +318,7 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
             with self._lock:
                 pool = self._pool
                 if pool is None:
+                    self._check_reachable()
                     pool = ConnectionPool(
                         self.conninfo, kwargs=self._connect_kwargs, min_size=self.pool_min,
                         max_size=self.pool_max, open=False, configure=self._configure, timeout=self.timeout,
@@ -309,6 +326,14 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
                     pool.open(wait=False)
                     self._pool = pool
         return pool
+
+    def _check_reachable(self) -> None:
+        """Before a pool is made: one plain connection, so a server that is down or refuses us is
+        reported at once with its reason, not after the pool's timeout of retries."""
+        try:
+            psycopg.connect(self.conninfo, **self._connect_kwargs).close()
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL store {self.where} is unreachable: {_first_line(exc)}") from None
 
     def _forget_inherited(self) -> None:
         """In a forked child: drop the parent's pool and connections without touching their sockets."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
+import time
 from importlib.resources import files
 
 import psycopg
@@ -235,6 +236,27 @@ def test_an_unreachable_server_is_a_clear_store_error() -> None:
             store.migrate()
     finally:
         store.close()
+
+
+def test_an_unreachable_server_is_reported_at_once_with_its_reason_and_no_retry_noise(caplog) -> None:
+    store = open_store("postgresql://postgres@127.0.0.1:1/test", timeout=30.0)
+    try:
+        with caplog.at_level("DEBUG"):
+            started = time.monotonic()
+            with pytest.raises(StoreError, match=r"unreachable: connection failed: .*port 1 failed: Connection "
+                                                 r"refused$"):
+                store.migrate()
+            waited = time.monotonic() - started
+        assert waited < 10.0  # it did not sit out the pool's 30 s of retries before saying so
+        assert [r for r in caplog.records if r.name.startswith("psycopg")] == []
+    finally:
+        store.close()
+
+
+def test_a_parameter_libpq_does_not_know_is_a_config_error_before_any_connection() -> None:
+    with pytest.raises(ConfigError, match=r'^the store URL is not a valid PostgreSQL URL: invalid URI query '
+                                          r'parameter: "sslmod"$'):
+        open_store("postgresql://postgres@127.0.0.1:1/test?sslmod=disable")
 
 
 @pytest.mark.parametrize(("kind", "index"), [("claim", "firesafe_jobs_runnable"),
