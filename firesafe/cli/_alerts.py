@@ -11,7 +11,7 @@ from rich.text import Text
 
 from firesafe.alerts.grouping import KINDS
 from firesafe.alerts.store import AlertRecord, Delivery
-from firesafe.cli._common import console, echo_json, fail, json_option, open_app, store_option
+from firesafe.cli._common import console, echo_json, fail, iso_time, json_option, open_app, store_option
 from firesafe.masking import mask_text
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -26,13 +26,13 @@ def _when(ts: float | None) -> str:
 
 def delivery_dict(d: Delivery) -> dict[str, Any]:
     return {"sink": d.sink, "state": d.state, "attempts": d.attempts, "in_flight": d.leased,
-            "next_at": _when(d.next_at) if d.state == "pending" else None,
-            "delivered_at": _when(d.delivered_at) if d.delivered_at else None,
+            "next_at": iso_time(d.next_at) if d.state == "pending" else None,
+            "delivered_at": iso_time(d.delivered_at) if d.delivered_at else None,
             "last_error": mask_text(d.last_error) if d.last_error else None}
 
 
 def alert_dict(a: AlertRecord, with_document: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": a.id, "created_at": _when(a.created_at), "kind": a.kind, "status": a.status,
+    out: dict[str, Any] = {"id": a.id, "created_at": iso_time(a.created_at), "kind": a.kind, "status": a.status,
                            "severity": a.severity, "job_name": a.job_name, "count": a.count, "title": a.title,
                            "keys": a.document.get("keys", []),
                            "deliveries": [delivery_dict(d) for d in a.deliveries]}

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -16,6 +18,8 @@ import click
 from rich.console import Console
 
 from firesafe.app import App
+from firesafe.clock import to_datetime
+from firesafe.errors import MAX_DELAY
 from firesafe.store import open_store, resolve_url
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -45,6 +49,25 @@ def console(stderr: bool = False) -> Console:
 
 def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+
+
+def iso_time(ts: float | None) -> str | None:
+    """Seconds since the epoch as ISO 8601 in UTC, as every ``--json`` output writes times.
+
+    >>> iso_time(1714521600.25), iso_time(None)
+    ('2024-05-01T00:00:00.250000+00:00', None)
+    """
+    value = to_datetime(ts)
+    return None if value is None else value.isoformat()
+
+
+def a_or_an(word: str) -> str:
+    """``word`` with its indefinite article.
+
+    >>> a_or_an("int"), a_or_an("dict")
+    ('an int', 'a dict')
+    """
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
 
 
 def safe_url(url: str) -> str:
@@ -80,6 +103,10 @@ def parse_duration(text: str) -> float:
     Traceback (most recent call last):
     ...
     ValueError: 'soon' is not a duration: write 30s, 10m, 2h, 3d or 1w (or plain seconds)
+    >>> parse_duration("1e308")
+    Traceback (most recent call last):
+    ...
+    ValueError: '1e308' is too long: a duration is at most 1,000 years (31536000000 seconds)
     """
     t = text.strip().lower().replace(" ", "")
     try:
@@ -90,20 +117,30 @@ def parse_duration(text: str) -> float:
         seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(t))
     if seconds < 0 or seconds != seconds or seconds == float("inf"):
         raise ValueError(f"{text!r} is not a duration: it must be a finite number of seconds >= 0")
+    if seconds > MAX_DELAY:
+        raise ValueError(f"{text!r} is too long: a duration is at most 1,000 years ({MAX_DELAY:.0f} seconds)")
     return seconds
 
 
 def human_duration(seconds: float) -> str:
-    """The largest whole unit that states ``seconds`` exactly.
+    """A duration as people read it: its largest units, rounded to the minute from a day up (to the
+    second below a day); under a minute, the seconds as given.
 
-    >>> human_duration(30 * 86400), human_duration(5400), human_duration(2.5)
-    ('30d', '90m', '2.5s')
+    >>> human_duration(30 * 86400), human_duration(5400), human_duration(2.5), human_duration(90)
+    ('30d', '1h 30m', '2.5s', '1m 30s')
+    >>> human_duration(2622244.4), human_duration(1000 * 365 * 86400.0)
+    ('30d 8h 24m', '365000d')
     """
-    for unit in ("w", "d", "h", "m"):
-        n = seconds / _UNITS[unit]
-        if n >= 1 and n == int(n):
-            return f"{int(n)}{unit}"
-    return f"{seconds:g}s"
+    if seconds < 60:
+        return f"{seconds:.3g}s" if seconds != int(seconds) else f"{int(seconds)}s"
+    step = 60 if seconds >= 86400 else 1
+    left = round(seconds / step) * step
+    parts = []
+    for unit in ("d", "h", "m", "s"):
+        n, left = divmod(left, _UNITS[unit])
+        if n:
+            parts.append(f"{int(n)}{unit}")
+    return " ".join(parts)
 
 
 def parse_time(text: str, now: float | None = None) -> float:
@@ -118,17 +155,28 @@ def parse_time(text: str, now: float | None = None) -> float:
     """
     try:
         return (time.time() if now is None else now) - parse_duration(text)
-    except ValueError:
-        pass
+    except ValueError as exc:
+        as_duration = exc
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
+        if _looks_like_duration(text):  # a time ago that is out of range: say that
+            raise as_duration from None
         raise ValueError(
             f"{text!r} is neither an ISO datetime (2024-05-01T12:00:00Z) nor a time ago (30m, 2h, 3d)"
         ) from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.timestamp()
+
+
+def _looks_like_duration(text: str) -> bool:
+    t = text.strip().lower().replace(" ", "")
+    try:
+        float(t)
+    except ValueError:
+        return bool(_DURATION.match(t))
+    return True
 
 
 class Duration(click.ParamType):
@@ -170,15 +218,36 @@ class JSONValue(click.ParamType):
         except json.JSONDecodeError as exc:
             self.fail(f"not valid JSON ({exc.msg} at character {exc.pos}): {value!r}", param, ctx)
         if not isinstance(decoded, self.kind):
-            want = "a list, like '[\"o-1\", 100]'" if self.kind is list else "an object, like '{\"amount\": 100}'"
-            self.fail(f"must be a JSON {want}, not {type(decoded).__name__}", param, ctx)
+            want = "list, like '[\"o-1\", 100]'" if self.kind is list else "object, like '{\"amount\": 100}'"
+            self.fail(f"must be a JSON {want}, not {a_or_an(_json_kind(decoded))}", param, ctx)
         return decoded
 
 
+def _json_kind(value: Any) -> str:
+    """The JSON name of a decoded value's kind."""
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    return "null" if value is None else "number"
+
+
 # -- the store -------------------------------------------------------------------------------------
+def not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An option given as an empty string is a mistake, not a request for the default."""
+    if value is not None and not value.strip():
+        default = " (leave it out for $FIRESAFE_STORE, else sqlite:///firesafe.db)" if param.name == "store_url" else ""
+        raise click.UsageError(f"{param.opts[0]} is empty{default}", ctx)
+    return value
+
+
 def store_option(f: F) -> F:
     return click.option(
-        "--store", "store_url", metavar="URL", default=None,
+        "--store", "store_url", metavar="URL", default=None, callback=not_empty,
         help="Store URL (else $FIRESAFE_STORE, else sqlite:///firesafe.db), "
              "e.g. sqlite:///jobs.db or postgresql://user@host:5432/db.",
     )(f)
@@ -219,6 +288,26 @@ def open_app(store_url: str | None) -> App:
     return app
 
 
+def check_port(host: str, port: int) -> None:
+    """Fail now, with one line, if ``host:port`` cannot be listened on (a port already in use, say),
+    rather than after the server has started."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise fail(f"cannot listen on {host}: {exc}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server does: TIME_WAIT is no conflict
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise fail(f"port {port} on {host} is already in use (pick another with --port)") from None
+            raise fail(f"cannot listen on port {port} of {host}: {exc.strerror or exc}") from None
+
+
 def latest_version(dialect: str) -> int:
     from firesafe.store import queries
 
@@ -249,12 +338,16 @@ __all__ = [
     "Duration",
     "JSONValue",
     "PointInTime",
+    "a_or_an",
+    "check_port",
     "confirm_bulk",
     "console",
     "echo_json",
     "fail",
     "human_duration",
+    "iso_time",
     "json_option",
+    "not_empty",
     "open_app",
     "parse_duration",
     "parse_time",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from firesafe.cli._common import fail, safe_url
+from firesafe.cli._common import check_port, fail, safe_url
 from firesafe.cli._loader import load_app
 
 
@@ -41,6 +41,7 @@ def dashboard(target: str, host: str, port: int, token: str | None, log_level: s
 
     tok = resolve_token(token)
     check_bind(host, tok)  # before importing anything of the user's
+    check_port(host, port)
     app = load_app(target)
     version = app.store.schema_version()  # a clear error now if the store cannot be opened
     if version == 0:

@@ -173,12 +173,13 @@ def _review_command(action: str, short_help: str, doc: str) -> click.Command:
     return dlq.command(action, short_help=short_help)(command)
 
 
-_review_command("replay", "Requeue dead jobs under the same key, fresh budget.",
+_review_command("replay", "Requeue dead jobs (all of them if no key or filter), same key, fresh budget.",
                 """Put dead jobs back in their queue: same key, fresh attempt budget, history kept.
 
-    Give keys, or filters to replay every dead job that matches. A bulk action (filters, or more
-    than one key) states how many jobs it will touch and asks first, unless --yes; without a
-    terminal it refuses unless --yes. Each replay is recorded with who did it and when.
+    Give keys, or filters to replay every dead job that matches; with neither keys nor filters it
+    replays every dead job. A bulk action (filters, none, or more than one key) states how many
+    jobs it will touch and asks first, unless --yes; without a terminal it refuses unless --yes.
+    Each replay is recorded with who did it and when.
 
     \b
     Examples:
@@ -187,10 +188,11 @@ _review_command("replay", "Requeue dead jobs under the same key, fresh budget.",
       firesafe dlq replay --job refund --since 1d --yes
     """)
 
-_review_command("discard", "Take dead jobs out of the dead letters.",
+_review_command("discard", "Take dead jobs (all of them if no key or filter) out of the dead letters.",
                 """Take dead jobs out of the dead letters (they become cancelled, reason discarded).
 
-    Keys or filters, like replay; bulk discards ask for confirmation unless --yes.
+    Keys or filters, like replay; with neither it discards every dead job. Bulk discards (filters,
+    none, or more than one key) ask for confirmation unless --yes.
 
     \b
     Examples:
@@ -204,27 +206,44 @@ _review_command("discard", "Take dead jobs out of the dead letters.",
               help="Delete dead jobs that died longer ago than AGE (30d, 12h, ...).")
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
 @store_option
-def purge(older_than: float, dry_run: bool, yes: bool, store_url: str | None) -> None:
+def purge(older_than: float, dry_run: bool, yes: bool, as_json: bool, store_url: str | None) -> None:
     """Delete dead jobs older than --older-than, with their trace; their keys become free again.
+
+    With --json it prints {"dry_run", "older_than" (seconds), "count"}: the jobs deleted (or, in a
+    dry run, that would be).
 
     \b
     Examples:
       firesafe dlq purge --older-than 30d --dry-run
-      firesafe dlq purge --older-than 30d --yes
+      firesafe dlq purge --older-than 30d --yes --json
     """
     app = open_app(store_url)
     count = app.dlq.count(until=app.store.now() - older_than)
     out = console()
     age = human_duration(older_than)
+
+    def report(n: int, dry: bool) -> None:
+        echo_json({"dry_run": dry, "older_than": older_than, "count": n})
+
     if dry_run:
+        if as_json:
+            report(count, True)
+            return
         out.print(f"dry run: {count} dead job(s) older than {age} would be deleted; nothing changed")
         return
     if count == 0:
+        if as_json:
+            report(0, False)
+            return
         out.print(f"nothing to purge: no dead job is older than {age}")
         return
     if not yes:
         confirm_bulk("permanently delete", count, "dead job(s)")
     with console(stderr=True).status(f"deleting {count} dead job(s)..."):
         removed = app.dlq.purge(older_than=older_than)
+    if as_json:
+        report(removed, False)
+        return
     out.print(f"purged {removed} dead job(s) older than {age}; their keys can be used again")

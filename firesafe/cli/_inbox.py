@@ -8,9 +8,22 @@ import time
 import click
 from rich.table import Table
 
-from firesafe.cli._common import console, echo_json, fail, json_option, open_app, safe_url, store_option
+from firesafe.cli._common import (
+    Duration,
+    check_port,
+    console,
+    echo_json,
+    fail,
+    iso_time,
+    json_option,
+    open_app,
+    safe_url,
+    store_option,
+)
 from firesafe.cli._loader import load_app
+from firesafe.cli._render import when
 from firesafe.clock import to_datetime
+from firesafe.errors import InvalidInput
 from firesafe.masking import mask, mask_text
 
 
@@ -49,6 +62,7 @@ def serve(target: str, host: str, port: int, token: str | None, no_dashboard: bo
 
         tok = resolve_token(token)
         check_bind(host, tok)
+    check_port(host, port)
     app = load_app(target)
     if not app.inbox.sources:
         raise fail(f"{target} declares no event source: add app.event_source(\"NAME\", ...) first")
@@ -59,15 +73,49 @@ def serve(target: str, host: str, port: int, token: str | None, no_dashboard: bo
     uvicorn.run(asgi, host=host, port=port, log_level=log_level.lower())
 
 
+def _amqp_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    from firesafe.inbox.amqp import parameters
+
+    try:
+        parameters(value)
+    except InvalidInput as exc:
+        raise click.BadParameter(f"{safe_url(value)!r} is {exc}", ctx, param) from None
+    return value
+
+
+def broker_reason(exc: BaseException) -> str:
+    """Why a broker call failed, in words: pika often wraps the cause (a refused connection, say) in
+    an exception whose own text is empty.
+
+    >>> wrapped = ConnectionError()
+    >>> wrapped.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    >>> broker_reason(wrapped)
+    'ConnectionError: [Errno 111] Connection refused'
+    """
+    seen: set[int] = set()
+    inner: BaseException | None = exc
+    while inner is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        text = str(inner).strip()
+        if text:
+            return text if inner is exc else f"{type(exc).__name__}: {text}"
+        nested = [a for a in inner.args if isinstance(a, BaseException)]
+        nested += [e for e in (getattr(inner, "exception", None), inner.__cause__, inner.__context__)
+                   if isinstance(e, BaseException)]
+        texts = [n for n in nested if str(n).strip()]
+        inner = (texts or nested or [None])[0]
+    return f"{type(exc).__name__} (no reason given)"
+
+
 @click.command()
 @click.argument("target", metavar="MODULE:APP")
-@click.option("--from", "url", required=True, metavar="AMQP_URL",
+@click.option("--from", "url", required=True, metavar="AMQP_URL", callback=_amqp_url,
               help="The broker, e.g. amqp://guest:guest@127.0.0.1:5672/.")
 @click.option("--queue", required=True, help="The queue to consume (declared durable if missing).")
 @click.option("--source", default=None, help="The event source name (default: the queue name).")
 @click.option("--batch", type=click.IntRange(1, 5000), default=200, show_default=True,
               help="Store up to this many messages per transaction before acknowledging them.")
-@click.option("--idle-exit", type=float, default=None, metavar="SECONDS",
+@click.option("--idle-exit", type=Duration(), default=None, metavar="SECONDS",
               help="Exit after this long without a message (for scripts).")
 def consume(target: str, url: str, queue: str, source: str | None, batch: int, idle_exit: float | None) -> None:
     """Consume a RabbitMQ queue into the event inbox of MODULE:APP.
@@ -94,7 +142,7 @@ def consume(target: str, url: str, queue: str, source: str | None, batch: int, i
         raise fail(f"cannot reach the broker at {safe_url(url)}: {exc}") from None
     except Exception as exc:
         if type(exc).__module__.startswith("pika"):
-            raise fail(f"broker error at {safe_url(url)}: {type(exc).__name__}: {exc}") from None
+            raise fail(f"broker error at {safe_url(url)}: {mask_text(broker_reason(exc))}") from None
         raise
     click.echo(f"stored {stats.stored}, duplicates absorbed {stats.duplicates}, rejected {stats.rejected}",
                err=True)
@@ -108,40 +156,52 @@ def events() -> None:
 @events.command("ls")
 @click.option("--source", default=None, help="Only this source.")
 @click.option("--unhandled", is_flag=True, help="Only events no handler took (yet).")
-@click.option("--rejected", is_flag=True, help="The messages that could not be read as events.")
+@click.option("--rejected", is_flag=True, help="The messages that could not be read as events (not with --unhandled).")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @json_option
 @store_option
 def events_ls(source: str | None, unhandled: bool, rejected: bool, limit: int, as_json: bool,
               store_url: str | None) -> None:
-    """List stored events, newest first.
+    """List stored events, newest first (or, with --rejected, the messages kept as rejects).
 
     \b
     Examples:
       firesafe events ls --unhandled
       firesafe events ls --rejected --source orders --json
     """
+    if unhandled and rejected:
+        raise click.UsageError("give --unhandled or --rejected, not both: a reject is not an event, no handler "
+                               "ever takes it")
     app = open_app(store_url)
+    out = console()
+    where = f" of source {source!r}" if source else ""
     if rejected:
         rows = app.store.inbox_reject_list(source, limit)
         if as_json:
-            echo_json([{**r, "body": mask_text(r["body"] or "")} for r in rows])
+            echo_json([{**r, "body": mask_text(r["body"] or ""), "received_at": iso_time(r["received_at"])}
+                       for r in rows])
+            return
+        if not rows:
+            out.print(f"no rejected messages{where}", style="dim", markup=False)
             return
         table = Table("id", "source", "received", "reason", "body")
         for r in rows:
-            table.add_row(str(r["id"]), r["source"], str(to_datetime(r["received_at"]))[:19], r["reason"],
+            table.add_row(str(r["id"]), r["source"], when(to_datetime(r["received_at"]), ms=False), r["reason"],
                           mask_text((r["body"] or "")[:80]))
-        console().print(table)
+        out.print(table)
         return
     rows = app.inbox.list(source, unhandled, limit)
     if as_json:
-        echo_json([{**r, "data": mask(r["data"])} for r in rows])
+        echo_json([{**r, "data": mask(r["data"]), "received_at": iso_time(r["received_at"])} for r in rows])
+        return
+    if not rows:
+        out.print(f"no {'unhandled ' if unhandled else ''}events{where} match", style="dim", markup=False)
         return
     table = Table("source", "event id", "type", "received", "handled", "data")
     for r in rows:
-        table.add_row(r["source"], r["event_id"], r["type"], str(to_datetime(r["received_at"]))[:19],
+        table.add_row(r["source"], r["event_id"], r["type"], when(to_datetime(r["received_at"]), ms=False),
                       "yes" if r["handled"] else "no", json.dumps(mask(r["data"]))[:80])
-    console().print(table)
+    out.print(table)
 
 
 @events.command("replay")
@@ -156,3 +216,12 @@ def events_replay(target: str, source: str | None) -> None:
     t = time.monotonic()
     jobs = app.inbox.replay_unhandled(source)
     click.echo(f"enqueued {len(jobs)} handler job(s) in {time.monotonic() - t:.2f}s")
+    if jobs:
+        return
+    warn = console(stderr=True)
+    if source and not app.store.inbox_event_list(source, False, 1, 0):
+        warn.print(f"warning: no event of source {source!r} is stored (is the name right?)", style="yellow",
+                   markup=False)
+    elif app.store.inbox_event_list(source, True, 1, 0):
+        warn.print(f"note: unhandled events{f' of source {source!r}' if source else ''} remain: {target} has no "
+                   "handler for their type (app.on_event(SOURCE, TYPE))", style="yellow", markup=False)

@@ -5,6 +5,7 @@ Only the store is needed (no user code): workers record the limiters their app d
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 import click
@@ -12,16 +13,18 @@ from rich.table import Table
 from rich.text import Text
 
 from firesafe.cli._common import Duration, console, echo_json, fail, human_duration, json_option, open_app, store_option
+from firesafe.errors import MAX_DELAY
 from firesafe.limits.store import LimiterStatus
 
 BREAKER_STYLE = {"closed": "green", "open": "bold red", "half_open": "yellow"}
 
 
 class _ListByDefault(click.Group):
-    """``firesafe limiters [--json]`` means ``firesafe limiters ls [--json]``."""
+    """``firesafe limiters [--json] [--store URL]`` means ``firesafe limiters ls ...``; any other word
+    must name a subcommand."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if not args or (args[0] not in self.commands and args[0] not in ("-h", "--help")):
+        if not args or (args[0].startswith("-") and args[0] not in ("-h", "--help")):
             args = ["ls", *args]
         return super().parse_args(ctx, args)
 
@@ -93,7 +96,11 @@ def _until(text: str) -> float:
     except ValueError:
         raise click.BadParameter(f"{text!r} is not an ISO datetime such as 2024-05-01T12:00:00Z",
                                  param_hint="--until") from None
-    return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+    until = (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+    if until - time.time() > MAX_DELAY:
+        raise click.BadParameter(f"{text!r} is too far ahead: a pause lasts at most 1,000 years",
+                                 param_hint="--until")
+    return until
 
 
 @limiters.command("pause")
@@ -116,8 +123,9 @@ def pause_cmd(name: str, seconds: float | None, until: str | None, reason: str |
         raise fail("give --for DURATION or --until TIME (one of them)")
     from firesafe.deadletters.dlq import default_actor
 
+    until_ts = _until(until) if until else None
     app = open_app(store_url)
-    status = app.store.limiter_pause(name, seconds=seconds, until=_until(until) if until else None,  # type: ignore[attr-defined]
+    status = app.store.limiter_pause(name, seconds=seconds, until=until_ts,  # type: ignore[attr-defined]
                                      reason=reason, actor=default_actor())
     if as_json:
         echo_json(status.as_dict())

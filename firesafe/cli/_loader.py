@@ -11,7 +11,7 @@ import sys
 import traceback
 
 from firesafe.app import App
-from firesafe.cli._common import fail
+from firesafe.cli._common import a_or_an, fail
 from firesafe.errors import FiresafeError
 from firesafe.masking import mask_text
 
@@ -53,5 +53,5 @@ def load_app(target: str) -> App:
         except AttributeError:
             raise fail(f"module {module_name!r} has no attribute {attr!r}") from None
     if not isinstance(obj, App):
-        raise fail(f"{target} is a {type(obj).__name__}, not a firesafe.App")
+        raise fail(f"{target} is {a_or_an(type(obj).__name__)}, not a firesafe.App")
     return obj

@@ -26,6 +26,9 @@ def rerun(key: str, from_step: str | None, from_scratch: bool, as_json: bool, st
       firesafe rerun agent:42 --from-step turn-7  # re-run turn 7 and everything after it
       firesafe rerun refund:o-1 --from-scratch
     """
+    if from_step is not None and from_scratch:
+        raise click.UsageError("give --from-step NAME or --from-scratch, not both (--from-scratch forgets every "
+                               "step already)")
     app = open_app(store_url)
     job = app.rerun(key, from_step=from_step, from_scratch=from_scratch)
     steps = app.steps(key)

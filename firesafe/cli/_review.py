@@ -120,22 +120,30 @@ def stats(as_json: bool, store_url: str | None) -> None:
 
 @click.command(short_help="Cancel a job (waiting: at once; running: asked to stop).")
 @click.argument("key")
+@json_option
 @store_option
-def cancel(key: str, store_url: str | None) -> None:
+def cancel(key: str, as_json: bool, store_url: str | None) -> None:
     """Cancel a job: a waiting one at once; a running one is asked to stop (its ctx.cancelled turns
     true) and the cancel is recorded when its attempt ends.
 
+    With --json it prints {"key", "outcome", "state"}; outcome is cancelled, requested (running:
+    asked to stop) or finished (it had already ended: nothing changed).
+
     \b
-    Example:
+    Examples:
       firesafe cancel refund:o-1
+      firesafe cancel refund:o-1 --json
     """
     app = open_app(store_url)
     outcome = app.cancel(key)
+    job = app.get(key)
+    if as_json:
+        echo_json({"key": key, "outcome": outcome, "state": str(job.state)})
+        return
     if outcome == "cancelled":
         click.echo(f"cancelled {key}")
     elif outcome == "requested":
         click.echo(f"{key} is running: asked it to stop; the cancel is recorded when its attempt ends")
     else:
-        job = app.get(key)
         hint = " (to take it out of the dead letters: firesafe dlq discard KEY)" if job.state == State.DEAD else ""
         click.echo(f"{key} had already finished (state {job.state}); nothing to cancel{hint}")

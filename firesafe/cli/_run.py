@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from firesafe.app import RESERVED
-from firesafe.cli._common import Duration, JSONValue, echo_json, fail, json_option, safe_url
+from firesafe.cli._common import Duration, JSONValue, echo_json, fail, json_option, not_empty, safe_url
 from firesafe.cli._loader import load_app
 from firesafe.cli._render import masked_job_dict, to_json
 from firesafe.errors import IdempotencyConflict
@@ -144,7 +144,7 @@ def worker(target: str, queues: str | None, concurrency: int, prefetch: int | No
               help="Keyword arguments as a JSON object, e.g. '{\"amount\": 100}'.")
 @click.option("--key", help="The job's idempotency key (default: a new unique key).")
 @click.option("--delay", type=Duration(), default=None, help="Run no sooner than this from now: 30, 30s, 10m, 2h.")
-@click.option("--queue", help="Put the job in this queue instead of the job's own.")
+@click.option("--queue", callback=not_empty, help="Put the job in this queue instead of the job's own.")
 @json_option
 def enqueue(target: str, job_name: str, args_: list[Any], kwargs_: dict[str, Any], key: str | None,
             delay: float | None, queue: str | None, as_json: bool) -> None:

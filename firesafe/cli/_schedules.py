@@ -5,18 +5,21 @@ Both take the app as MODULE:APP (like ``firesafe worker``): the schedule definit
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime
 
 import click
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
 from firesafe.app import App
-from firesafe.cli._common import confirm_bulk, console, echo_json, fail, json_option
+from firesafe.cli._common import confirm_bulk, console, echo_json, json_option
 from firesafe.cli._loader import load_app
 from firesafe.cli._render import state_text
-from firesafe.schedules.backfill import RERUN_POLICIES, BackfillResult, bound
+from firesafe.schedules.backfill import RERUN_POLICIES, BackfillResult
 from firesafe.schedules.status import ScheduleStatus, get, missed, pause, status
 from firesafe.schedules.windows import Window, at
 
@@ -35,10 +38,12 @@ def _window(w: Window | None) -> str:
 
 
 class _ListByDefault(click.Group):
-    """``firesafe schedules MODULE:APP`` means ``firesafe schedules ls MODULE:APP``."""
+    """``firesafe schedules MODULE:APP`` means ``firesafe schedules ls MODULE:APP``; any other word
+    must name a subcommand."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help") and (
+                ":" in args[0] or args[0].startswith("-")):
             args = ["ls", *args]
         return super().parse_args(ctx, args)
 
@@ -147,18 +152,30 @@ def _pause_command(paused: bool) -> click.Command:
 
     @click.argument("target", metavar="MODULE:APP")
     @click.argument("name", metavar="SCHEDULE")
-    def command(target: str, name: str) -> None:
+    @json_option
+    def command(target: str, name: str, as_json: bool) -> None:
         app = _app(target)
+        schedule = get(app, name)
+        before = next((s for s in app.store.schedule_state_list() if s.name == schedule.name), None)
+        already = (before is not None and before.paused) if paused else not (before and before.paused)
         state = pause(app, name, paused)
+        nxt = None if paused else schedule.cron.windows_ending(state.cursor, float("inf"), limit=1)
+        due = at(nxt[0][1], schedule.cron.zone) if nxt else None
+        if as_json:
+            echo_json({"schedule": name, "paused": state.paused, "changed": not already,
+                       "next_due": due.isoformat() if due else None})
+            return
         if paused:
-            click.echo(f"paused {name}: its windows are not run until it is resumed")
+            click.echo(f"{name} was already paused" if already else
+                       f"paused {name}: its windows are not run until it is resumed")
         else:
-            nxt = get(app, name).cron.windows_ending(state.cursor, float("inf"), limit=1)
-            due = f"; next window due {_local(at(nxt[0][1], get(app, name).cron.zone))}" if nxt else ""
-            click.echo(f"resumed {name}{due} (windows that ended while paused are not run: backfill them)")
+            when = f"; next window due {_local(due)}" if due else ""
+            click.echo(f"{name} was not paused{when}" if already else
+                       f"resumed {name}{when} (windows that ended while paused are not run: backfill them)")
 
     command.__doc__ = (f"{verb.capitalize()} a schedule.\n\n    Windows that end while a schedule is paused are "
-                       "not run; resuming starts again from now.\n\n    \b\n    Example:\n"
+                       "not run; resuming starts again from now. A schedule already paused (or not paused, "
+                       "to resume) is left as it is, and the command says so.\n\n    \b\n    Example:\n"
                        f"      firesafe schedules {verb} myapp:app nightly_sync\n    ")
     return schedules.command(verb)(command)
 
@@ -206,11 +223,8 @@ def backfill(target: str, name: str, start: str, end: str, dry_run: bool, rerun:
       firesafe backfill myapp:app hourly --from 2026-11-01T00:00 --to 2026-11-02T00:00 --max-active 4
     """
     app = _app(target)
-    schedule = get(app, name)
-    lo, hi = bound(start, schedule, end=False), bound(end, schedule, end=True)
-    if lo >= hi:
-        raise fail(f"--from {start} is after --to {end} (the range {lo.isoformat()} to {hi.isoformat()} is empty)")
-    preview = app.backfill(name, lo, hi, dry_run=True, rerun=rerun)
+    # the library reads the bounds (dates, datetimes, their zone) and names them as given in its errors
+    preview = app.backfill(name, start, end, dry_run=True, rerun=rerun)
     todo = preview.enqueued + preview.rerun_count
     if dry_run:
         _report(preview, as_json)
@@ -227,12 +241,63 @@ def backfill(target: str, name: str, start: str, end: str, dry_run: bool, rerun:
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=err, transient=not err.is_terminal) as bar:
         task = bar.add_task(f"backfill {name}", total=preview.windows)
+        watch = _WaitNotice(app, name, max_active, bar.console)
 
         def advance(done: int, total: int) -> None:
+            watch.moved()
             bar.update(task, completed=done, total=total)
 
-        result = app.backfill(name, lo, hi, rerun=rerun, max_active=max_active, progress=advance)
+        with watch:
+            result = app.backfill(name, start, end, rerun=rerun, max_active=max_active, progress=advance)
     _report(result, as_json)
+
+
+#: How long a backfill may make no progress before it says why it waits, and how often it says so again.
+WAIT_NOTICE_AFTER = 2.0
+WAIT_NOTICE_EVERY = 30.0
+
+
+class _WaitNotice:
+    """While a backfill with --max-active waits for windows to finish, say so on stderr (once it has
+    waited WAIT_NOTICE_AFTER seconds, then every WAIT_NOTICE_EVERY): a wait is the option's purpose,
+    a silent one looks like a hang."""
+
+    def __init__(self, app: App, name: str, max_active: int | None, out: Console) -> None:
+        self.app, self.name, self.max_active, self.out = app, name, max_active, out
+        self.last_move = time.monotonic()
+        self.last_notice: float | None = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="firesafe-backfill-wait", daemon=True)
+
+    def moved(self) -> None:
+        self.last_move = time.monotonic()
+
+    def __enter__(self) -> _WaitNotice:
+        if self.max_active is not None:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def _run(self) -> None:
+        while not self.stop.wait(min(WAIT_NOTICE_AFTER, 1.0)):
+            now = time.monotonic()
+            if now - self.last_move < WAIT_NOTICE_AFTER:
+                continue
+            if self.last_notice is not None and now - self.last_notice < WAIT_NOTICE_EVERY:
+                continue
+            try:
+                counts = self.app.store.schedule_job_counts(self.name)
+            except Exception:  # a notice is not worth failing the backfill for
+                continue
+            active = sum(counts.get(s, 0) for s in ("queued", "scheduled", "running"))
+            if self.max_active is not None and active >= self.max_active:
+                self.last_notice = now
+                self.out.print(f"waiting: {active} window(s) of {self.name} waiting or running >= --max-active "
+                               f"{self.max_active} (is a worker running?)", style="yellow", markup=False)
 
 
 def _skips(r: BackfillResult) -> str:
@@ -243,6 +308,8 @@ def _skips(r: BackfillResult) -> str:
         parts.append(f"{r.failed} dead or cancelled (--rerun failed re-runs them)")
     if r.active:
         parts.append(f"{r.active} waiting or running")
+    if r.conflicts:
+        parts.append(f"{r.conflicts} stored with other bounds (the expression changed; kept as stored)")
     if r.not_due:
         parts.append(f"{r.not_due} not ended yet (left to the scheduler)")
     return ", ".join(parts)
@@ -266,3 +333,7 @@ def _report(r: BackfillResult, as_json: bool) -> None:
     out.print(f"backfill {r.schedule} from {span}: enqueued {r.enqueued} window(s), re-ran {r.rerun_count}",
               markup=False)
     out.print(_skips(r), style="dim", markup=False)
+    if r.conflict_keys:
+        rest = f" and {r.conflicts - 10} more" if r.conflicts > 10 else ""
+        out.print(f"kept as stored, with other bounds: {', '.join(r.conflict_keys[:10])}{rest}", style="yellow",
+                  markup=False)

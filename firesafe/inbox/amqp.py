@@ -16,8 +16,9 @@ import os
 import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
-from firesafe.errors import FiresafeError, StoreError
+from firesafe.errors import FiresafeError, InvalidInput, StoreError
 
 if TYPE_CHECKING:
     from firesafe.app import App
@@ -45,6 +46,32 @@ def parse_message(properties: Any, body: bytes) -> tuple[str, str, Any]:
     return str(event_id), str(etype), data
 
 
+def parameters(url: str) -> Any:
+    """The connection parameters of an AMQP URL, or InvalidInput if ``url`` is not one.
+
+    >>> parameters("amqp://guest:guest@127.0.0.1:5672/").port
+    5672
+    >>> parameters("notaurl")
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.InvalidInput: not an AMQP URL: write amqp://user:pass@host:port/vhost (or amqps://...)
+    """
+    import pika
+
+    usage = "not an AMQP URL: write amqp://user:pass@host:port/vhost (or amqps://...)"
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme.lower() in ("amqp", "amqps") and bool(parts.hostname)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise InvalidInput(usage)
+    try:
+        return pika.URLParameters(url)
+    except (ValueError, IndexError, TypeError) as exc:  # pika's parser: a bad port, a bad query option...
+        raise InvalidInput(f"{usage} ({exc})") from None
+
+
 def consume(app: App, url: str, queue: str, *, source: str | None = None, prefetch: int = 500,
             batch: int = 200, max_messages: int | None = None, idle_timeout: float | None = None) -> ConsumeStats:
     """Consume ``queue`` until stopped (SIGTERM/SIGINT), ``max_messages``, or ``idle_timeout`` seconds
@@ -53,7 +80,7 @@ def consume(app: App, url: str, queue: str, *, source: str | None = None, prefet
     import pika
 
     source = source or queue
-    params = pika.URLParameters(url)
+    params = parameters(url)
     connection = pika.BlockingConnection(params)
     channel = connection.channel()
     channel.queue_declare(queue=queue, durable=True)

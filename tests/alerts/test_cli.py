@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import click
@@ -59,6 +60,11 @@ def test_alerts_ls_shows_each_alert_with_its_delivery_status(sqlite_url: str) ->
     assert alert["kind"] == "dead_letter" and alert["keys"] == ["charge:1"] and data["waiting_events"] == 0
     states = {d["sink"]: (d["state"], d["attempts"]) for d in alert["deliveries"]}
     assert states == {"webhook:127.0.0.1": ("delivered", 1), "backup": ("pending", 1)}
+    # times are ISO 8601 with their offset, as in every other --json output
+    times = {d["sink"]: d["delivered_at"] or d["next_at"] for d in alert["deliveries"]}
+    for stamp in (alert["created_at"], *times.values()):
+        assert "T" in stamp and stamp.endswith("+00:00"), stamp
+        assert datetime.fromisoformat(stamp).utcoffset() == timedelta(0)
     assert alert["document"]["jobs"][0]["attempts"][0]["message"] == "declined"
     assert "tok_secret_value" not in json.dumps(data)
 

@@ -62,7 +62,7 @@ def test_app_import_mistakes_are_one_line_errors(inprocess_app: AppModule) -> No
         "nocolon": "expected the app as module:attribute",
         "no_such_module_xyz:app": "cannot import 'no_such_module_xyz': no module named 'no_such_module_xyz'",
         f"{inprocess_app.name}:nope": f"module '{inprocess_app.name}' has no attribute 'nope'",
-        "not_an_app:app": "not_an_app:app is a object, not a firesafe.App",
+        "not_an_app:app": "not_an_app:app is an object, not a firesafe.App",
         "broken_mod:app": "importing 'broken_mod' failed: ZeroDivisionError: division by zero (broken_mod.py, line 2)",
         "imports_missing:app": "No module named 'no_such_dependency_xyz' (imports_missing.py, line 1)",
     }
