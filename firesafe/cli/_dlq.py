@@ -115,15 +115,17 @@ def _review(action: str, keys: tuple[str, ...], filters: dict[str, Any], dry_run
     method = app.dlq.replay if action == "replay" else app.dlq.discard
     done = "replayed" if action == "replay" else "discarded"
     preview = method(list(keys) if keys else None, dry_run=True, **filters)
-    passed_over = sorted(set(keys) - set(preview.keys))
     out = console()
-    if passed_over:
+    if preview.skipped:
         allowed = "dead or cancelled" if action == "replay" else "dead"
-        console(stderr=True).print(f"skipping {len(passed_over)} job(s) that are not {allowed}: "
-                                   f"{', '.join(passed_over[:10])}", style="yellow", markup=False)
+        why = ", ".join(f"{k} ({preview.reasons.get(k, 'not ' + allowed)})" for k in preview.skipped[:10])
+        more = f" and {len(preview.skipped) - 10} more" if len(preview.skipped) > 10 else ""
+        console(stderr=True).print(f"skipping {len(preview.skipped)} job(s) that are not {allowed}: {why}{more}",
+                                   style="yellow", markup=False)
     if dry_run:
         if as_json:
-            echo_json({"action": action, "dry_run": True, "count": preview.count, "keys": preview.keys})
+            echo_json({"action": action, "dry_run": True, "count": preview.count, "keys": preview.keys,
+                       "skipped": preview.skipped, "reasons": preview.reasons})
             return
         out.print(f"dry run: {preview.count} job(s) would be {done}; nothing changed")
         for key in preview.keys[:50]:
@@ -133,7 +135,8 @@ def _review(action: str, keys: tuple[str, ...], filters: dict[str, Any], dry_run
         return
     if preview.count == 0:
         if as_json:
-            echo_json({"action": action, "dry_run": False, "count": 0, "keys": [], "skipped": []})
+            echo_json({"action": action, "dry_run": False, "count": 0, "keys": [], "skipped": preview.skipped,
+                       "reasons": preview.reasons})
         else:
             out.print(f"nothing to {action}: no job matches")
         return
@@ -149,12 +152,15 @@ def _review(action: str, keys: tuple[str, ...], filters: dict[str, Any], dry_run
 
         result = method(preview.keys, progress=advance)
     if as_json:
+        skipped = preview.skipped + result.skipped
         echo_json({"action": action, "dry_run": False, "count": result.count, "keys": result.keys,
-                   "skipped": result.skipped})
+                   "skipped": skipped, "reasons": {**preview.reasons, **result.reasons}})
         return
     out.print(f"{done} {result.count} job(s)")
     if result.skipped:
-        out.print(f"{len(result.skipped)} job(s) skipped: they had changed state meanwhile", style="yellow")
+        why = ", ".join(f"{k} (now {result.reasons[k]})" if k in result.reasons else k for k in result.skipped[:10])
+        out.print(f"{len(result.skipped)} job(s) skipped: they had changed state meanwhile: {why}", style="yellow",
+                  markup=False)
 
 
 def _review_command(action: str, short_help: str, doc: str) -> click.Command:

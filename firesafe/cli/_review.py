@@ -29,6 +29,7 @@ def migrate(store_url: str | None, as_json: bool) -> None:
     """
     url = resolve_url(store_url)
     store = open_store(url)
+    schema = getattr(store, "schema", None)  # PostgreSQL: the schema, named even when the URL leaves it out
     try:
         before = store.schema_version()
         applied = store.migrate()
@@ -36,13 +37,14 @@ def migrate(store_url: str | None, as_json: bool) -> None:
     finally:
         store.close()
     if as_json:
-        echo_json({"store": safe_url(url), "applied": applied, "previous_version": before, "version": version})
+        echo_json({"store": safe_url(url), **({"schema": schema} if schema else {}), "applied": applied,
+                   "previous_version": before, "version": version})
         return
+    where = safe_url(url) + (f" (schema {schema})" if schema and "schema=" not in url else "")
     if applied:
-        click.echo(f"{safe_url(url)}: applied migration(s) {', '.join(map(str, applied))}; "
-                   f"schema version {version}")
+        click.echo(f"{where}: applied migration(s) {', '.join(map(str, applied))}; schema version {version}")
     else:
-        click.echo(f"{safe_url(url)}: already up to date (schema version {version})")
+        click.echo(f"{where}: already up to date (schema version {version})")
 
 
 @click.command(short_help="Show a job's timeline: attempts, errors, events.")

@@ -99,6 +99,25 @@ def test_replay_one_key_needs_no_confirmation_and_records_who(dead: App) -> None
     assert [e.kind for e in job.events] == ["replayed"] and "@" in (job.events[0].actor or "")
 
 
+def test_a_key_that_is_not_dead_is_skipped_with_the_state_that_kept_it(dead: App) -> None:
+    @dead.job
+    def fine(ctx) -> int:
+        return 1
+
+    fine.enqueue(key="fine:1")
+    dead.work(burst=True)
+    alone = run("dlq", "replay", "fine:1", "--store", dead.store_url)
+    assert alone.exit_code == 0
+    assert "skipping 1 job(s) that are not dead or cancelled: fine:1 (succeeded)" in alone.stderr
+    assert "nothing to replay" in alone.stdout
+    mixed = run("dlq", "replay", "fine:1", "refund:o-2", "--yes", "--json", "--store", dead.store_url)
+    data = json.loads(mixed.stdout)
+    assert data["keys"] == ["refund:o-2"] and data["skipped"] == ["fine:1"]
+    assert data["reasons"] == {"fine:1": "succeeded"}
+    preview = json.loads(run("dlq", "discard", "fine:1", "--dry-run", "--json", "--store", dead.store_url).stdout)
+    assert preview["skipped"] == ["fine:1"] and preview["reasons"] == {"fine:1": "succeeded"}
+
+
 def test_bulk_replay_with_yes_moves_exactly_the_matching_jobs(dead: App) -> None:
     result = run("dlq", "replay", "--job", "refund", "--yes", "--json", "--store", dead.store_url)
     assert result.exit_code == 0

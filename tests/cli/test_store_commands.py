@@ -78,6 +78,32 @@ def test_migrate_creates_the_store_then_has_nothing_to_do(sqlite_url: str) -> No
                                         "version": latest}
 
 
+@pytest.mark.postgres
+def test_migrate_on_postgresql_names_the_schema_even_when_the_url_leaves_it_out() -> None:
+    import uuid
+
+    import psycopg
+
+    from tests.conftest import PG_URL, need_postgres
+
+    need_postgres()
+    db = f"fs_test_{uuid.uuid4().hex[:12]}"  # a database of its own: the default schema is shared otherwise
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{db}"')
+    try:
+        url = PG_URL.rsplit("/", 1)[0] + f"/{db}"
+        first = run("migrate", "--store", url)
+        assert first.exit_code == 0, first.output
+        assert first.output.startswith(f"{url} (schema firesafe): applied migration(s) 1, ")
+        again = run("migrate", "--store", url, "--json")
+        assert json.loads(again.stdout)["schema"] == "firesafe"
+        named = run("migrate", "--store", f"{url}?schema=jobs")
+        assert named.output.startswith(f"{url}?schema=jobs: applied migration(s) 1, ")  # named once, in the URL
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
 def test_migrate_takes_the_store_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FIRESAFE_STORE", f"sqlite:///{tmp_path}/env.db")
     assert run("migrate").exit_code == 0
