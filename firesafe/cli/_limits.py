@@ -130,9 +130,12 @@ def pause_cmd(name: str, seconds: float | None, until: str | None, reason: str |
     if as_json:
         echo_json(status.as_dict())
         return
-    left = (status.paused_until.timestamp() - app.store.now()) if status.paused_until else 0.0
+    now = app.store.now()
+    left = (status.paused_until.timestamp() - now) if status.paused_until else 0.0
+    asked = until_ts if until_ts is not None else now + (seconds or 0.0)
+    kept = " (a longer pause was already set: it stays, a pause only grows)" if left > asked - now + 1 else ""
     click.echo(f"limiter {name} paused until {_when(status.paused_until)}"
-               + (f" ({human_duration(round(left))} from now)" if left >= 1 else ""))
+               + (f" ({human_duration(round(left))} from now)" if left >= 1 else "") + kept)
 
 
 @limiters.command("resume")

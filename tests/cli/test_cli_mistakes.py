@@ -85,6 +85,15 @@ def test_a_pause_says_how_long_it_lasts_in_days_hours_and_minutes(limited: str) 
     assert "(30d 8h 24m from now)" in result.output
 
 
+def test_a_shorter_pause_says_the_longer_one_stays(limited: str) -> None:
+    first = run("limiters", "pause", "stripe", "--for", "2h", "--store", limited)
+    assert first.exit_code == 0 and "already set" not in first.output
+    shorter = run("limiters", "pause", "stripe", "--for", "10m", "--store", limited)
+    assert shorter.exit_code == 0, shorter.output
+    assert "(a longer pause was already set: it stays, a pause only grows)" in shorter.output
+    assert "(1h 59m" in shorter.output or "(2h from now)" in shorter.output
+
+
 def test_human_durations() -> None:
     assert [human_duration(s) for s in (2.5, 45, 90, 5400, 30 * 86400, 2622244.4)] == [
         "2.5s", "45s", "1m 30s", "1h 30m", "30d", "30d 8h 24m"]

@@ -30,6 +30,13 @@ def states(url: str) -> dict[str, str]:
         app.close()
 
 
+def test_a_queue_no_declared_job_uses_is_a_warning(appmod: AppModule) -> None:
+    proc = run_cli(["worker", appmod.target, "--queues", "default,nosuchq", "--burst"], appmod.dir)
+    assert proc.returncode == 0, proc.stderr
+    assert f"no job of {appmod.target} is declared on queue(s) nosuchq (declared: " in proc.stderr
+    assert "default" not in proc.stderr.split("declared on queue(s)")[1].split("(declared")[0]
+
+
 def test_burst_worker_runs_everything_and_logs_json_lines(appmod: AppModule) -> None:
     keys = enqueue_adds(appmod, 5)
     module = appmod.load()
