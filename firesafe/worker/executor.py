@@ -59,7 +59,8 @@ async def _bounded(coro: Any, timeout: float | None) -> tuple[Any, bool]:
 
 
 def execute(jobdef: JobDef, ctx: Context, args: list[Any], kwargs: dict[str, Any]) -> AttemptResult:
-    """Run the job function once; never raises (but for BaseExceptions like SystemExit)."""
+    """Run the job function once; never raises: whatever it raises, even SystemExit, KeyboardInterrupt
+    or asyncio.CancelledError, is that attempt's failure (a worker thread must never die of a job)."""
     start = time.monotonic()
     try:
         if jobdef.is_async:
@@ -78,9 +79,9 @@ def execute(jobdef: JobDef, ctx: Context, args: list[Any], kwargs: dict[str, Any
             raise UnstorableValue(f"job {jobdef.name!r} returned a value that cannot be stored as JSON: {why}; "
                                   "its work is done but not recorded, so it is not retried") from None
         return AttemptResult(None, value, duration=time.monotonic() - start, result_json=result_json)
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt, CancelledError a job raises: its failure too
         return AttemptResult(exc, duration=time.monotonic() - start, traceback=_format_tb(exc),
-                             retry_after=retry_after_of(exc, time.time()))
+                             retry_after=retry_after_of(exc, time.time()) if isinstance(exc, Exception) else None)
 
 
 def _format_tb(exc: BaseException) -> str:

@@ -7,6 +7,7 @@ token is already void by then, so whatever it writes late changes nothing.
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -27,7 +28,10 @@ class Pool:
             task = self._tasks.get()
             if task is None:
                 break
-            task()
+            try:
+                task()
+            except BaseException:  # tasks record their own failures: a thread never dies of one
+                log.exception("a worker thread's task failed")
         runner.close()
 
     def submit(self, task: Callable[[], Any]) -> None:
@@ -39,6 +43,7 @@ class Pool:
 
 
 _local = threading.local()
+log = logging.getLogger("firesafe.worker")
 
 
 def run_coroutine(coro: Any, timeout: float | None) -> Any:

@@ -188,7 +188,7 @@ class Worker:
                         self._save_outbox()
                         if stop_at is None:
                             stop_at = time.monotonic() + self.grace
-                        if not self._running or time.monotonic() >= stop_at:
+                        if not self._live() or time.monotonic() >= stop_at:
                             self._release_all()
                             break
                         self._wake.wait(0.05)
@@ -199,7 +199,7 @@ class Worker:
                     if faults:
                         log.info("store is reachable again; resuming")
                         faults = 0
-                    if not claimed and not self._running and self.burst and self._idle():
+                    if not claimed and not self._live() and self.burst and self._idle():
                         break
                     if not claimed:
                         self._wake.wait(self._sleep_time())
@@ -207,6 +207,16 @@ class Worker:
                 except StoreError as exc:
                     faults += 1
                     pause = store_backoff.delay(faults, self.random.random())
+                    if self._stopping.is_set():  # a fault while stopping: wait it out until the grace ends
+                        stop_at = stop_at or time.monotonic() + self.grace
+                        left = stop_at - time.monotonic()
+                        if left <= 0:
+                            log.error("store fault (%s) outlasted the grace period; stopping without saving "
+                                      "(leases will expire and the jobs be rescued)", exc)
+                            break
+                        log.error("store fault (%s); retrying in %.1fs", exc, min(pause, left))
+                        time.sleep(min(pause, left))  # the stop event is set: waiting on it would spin
+                        continue
                     log.error("store fault (%s); retrying in %.1fs", exc, pause)
                     if self._stopping.wait(pause):
                         stop_at = stop_at or time.monotonic() + self.grace
@@ -217,6 +227,12 @@ class Worker:
             for stop in duties:
                 stop()
         return self.stats
+
+    def _live(self) -> bool:
+        """Whether an attempt is still to conclude here. One concluded as timed out whose thread has
+        not returned (a job that ignores ``ctx.cancelled``) keeps its thread's slot, but nothing waits
+        for it: its outcome is saved, so a burst worker may end and a stopping one need not wait."""
+        return any(not r.done for r in self._running.values())
 
     #: How long outcomes that came back may wait for the rest of their batch (see :meth:`_linger`).
     LINGER = 0.002
@@ -370,7 +386,11 @@ class Worker:
             return
         ctx = Context(JobInfo(job.key, job.name, job.queue, job.attempt, job.max_attempts, job.runs, job.id),
                       store=self.store, app=self.app, token=claimed.token, is_async=jobdef.is_async)
-        timeout = jobdef.timeout if (jobdef.timeout and not jobdef.is_async) else None
+        # Sync attempts end by the loop's deadline; async ones are cancelled by their own event loop at
+        # the timeout, and the loop's deadline, a little later, ends one that blocks its event loop
+        # (time.sleep, a busy loop) and so cannot be cancelled.
+        timeout = (jobdef.timeout + max(0.5, jobdef.timeout / 10) if jobdef.is_async else jobdef.timeout) \
+            if jobdef.timeout else None
         now = time.monotonic()
         running = _Running(claimed, ctx, now, now + self._startable_for)
         self._running[(job.id, job.runs)] = running
@@ -390,7 +410,12 @@ class Worker:
             if timeout:
                 running.deadline = start + timeout
                 self._wake.set()  # the loop's wait must end by this deadline
-            self._done.put((running, executor.execute(jobdef, ctx, job.args, job.kwargs)))
+            try:
+                res = executor.execute(jobdef, ctx, job.args, job.kwargs)
+            except BaseException as exc:  # execute() records what a job raises; this is firesafe's own bug
+                log.exception("attempt of %s could not be run", job.key)
+                res = executor.AttemptResult(exc, duration=time.monotonic() - start)
+            self._done.put((running, res))
             self._wake.set()
 
         assert self._pool is not None
