@@ -92,7 +92,9 @@ def worker(target: str, queues: str | None, concurrency: int, prefetch: int | No
       firesafe worker myapp:app --burst          # drain what is runnable, then exit
     """
     from firesafe.cli import _logs
+    from firesafe.worker.supervisor import ready_notifier
 
+    ready = ready_notifier()  # set by a supervisor (--processes N); taken now, so no job's process inherits it
     _logs.configure(log_format, log_level)
     queue_list = parse_queues(queues)
     app = load_app(target)
@@ -128,6 +130,8 @@ def worker(target: str, queues: str | None, concurrency: int, prefetch: int | No
                     wait_scheduled=wait_scheduled, grace=grace, prefetch=prefetch)
     w.install_signal_handlers()
     _watch_parent(w)
+    if ready is not None:  # supervised: ready once the worker loop starts (store open, about to claim)
+        app._duty_hooks.append(lambda _worker: ready())
     log.info("store %s", safe_url(app.store_url))
     app._wake_hooks.append(w.wake)  # jobs that enqueue jobs wake this worker at once
     try:

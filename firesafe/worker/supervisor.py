@@ -5,8 +5,19 @@ SIGTERM/SIGINT to them, restarts a child that dies unexpectedly (with backoff) a
 child has exited after a signal or, in burst mode, once every child has finished.
 
 Children run in their own process group, so Ctrl-C in a terminal reaches them once, through the
-supervisor; they watch their parent and stop gracefully if the supervisor disappears. A child that
-keeps dying within seconds of starting (a crash loop) makes the supervisor stop everything and fail.
+supervisor; they watch their parent and stop gracefully if the supervisor disappears.
+
+A child says when it is *ready*: once its app is imported, its store open and its worker loop
+about to claim, it writes a byte to a pipe the supervisor gave it (:func:`ready_notifier`). That
+tells the two ways a child dies apart:
+
+- one that dies before it is ready cannot start (the app does not import, the store or the
+  configuration is wrong): after ``max_startup_failures`` such exits in a row the supervisor stops
+  everything and fails, instead of crash-looping forever;
+- one that dies after it is ready died while working, most likely killed by a job (a segfault, an
+  ``os._exit``, the OOM killer). Its jobs are rescued as ``lost`` when their leases expire and go dead
+  after a few losses (docs/guarantees.md #5), so it is restarted however often that happens, with a
+  bounded backoff: giving up would stop every other job too.
 """
 
 from __future__ import annotations
@@ -18,7 +29,7 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +39,50 @@ log = logging.getLogger("firesafe.supervisor")
 
 #: Environment variable telling a child which process supervises it.
 SUPERVISOR_PID_ENV = "FIRESAFE_SUPERVISOR_PID"
+#: Environment variable naming the file descriptor on which a child says it is ready.
+READY_FD_ENV = "FIRESAFE_READY_FD"
+
+
+def ready_notifier() -> Callable[[], None] | None:
+    """In a supervised child: the function that tells the supervisor this process is ready (call
+    it once its worker is about to claim; later calls do nothing); None when nothing supervises it.
+
+    Call it early: it takes the descriptor out of the environment, so that no process the jobs start
+    inherits it."""
+    value = os.environ.pop(READY_FD_ENV, "")
+    if not value.isdigit():
+        return None
+    fd = int(value)
+    try:
+        os.set_inheritable(fd, False)
+    except OSError:  # not open: started by hand with the variable set
+        return None
+    done: list[bool] = []
+
+    def notify() -> None:
+        if done:
+            return
+        done.append(True)
+        with contextlib.suppress(OSError):
+            os.write(fd, b"1")
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+    return notify
+
+
+def exit_text(code: int | None) -> str:
+    """How a child ended, for the log.
+
+    >>> exit_text(3), exit_text(-9)
+    ('code 3', 'signal 9 (SIGKILL)')
+    """
+    if code is not None and code < 0:
+        try:
+            return f"signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"signal {-code}"
+    return f"code {code}"
 
 
 @dataclass
@@ -36,7 +91,10 @@ class _Slot:
     proc: subprocess.Popen[bytes] | None = None
     started: float = 0.0
     restart_at: float | None = None
-    quick_failures: int = 0  # consecutive exits within min_uptime of starting
+    ready_fd: int = -1  # read end of the pipe on which the running child says it is ready
+    ready: bool = False  # the running child (or the one that just exited) said it was ready
+    startup_failures: int = 0  # consecutive exits before being ready
+    crashes: int = 0  # consecutive exits after being ready, each within stable_after of starting
     restarts: int = 0
     finished: bool = False
     returncode: int | None = None
@@ -47,12 +105,15 @@ class Supervisor:
 
     Guarantees: each signal it receives is forwarded exactly once to every live child (the first
     asks for a graceful stop, a second makes them exit at once); no child is restarted after a
-    signal; it returns only when no child is left running.
+    signal; a child that dies after it said it was ready is restarted (after ``restart_backoff``,
+    counted from 1 again once a child lived ``stable_after`` seconds) however often it dies; it
+    gives up, stopping every child and failing, only after ``max_startup_failures`` children of
+    one slot in a row exited before they were ready; it returns only when no child is left running.
     """
 
     def __init__(self, command: Sequence[str], processes: int, *, burst: bool = False,
                  env: Mapping[str, str] | None = None, restart_backoff: Backoff | None = None,
-                 min_uptime: float = 5.0, max_quick_failures: int = 5, check_interval: float = 1.0) -> None:
+                 stable_after: float = 5.0, max_startup_failures: int = 5, check_interval: float = 1.0) -> None:
         if processes < 1:
             raise ValueError("processes must be >= 1")
         self.command = list(command)
@@ -60,8 +121,8 @@ class Supervisor:
         self.burst = burst
         self.env = dict(os.environ if env is None else env)
         self.restart_backoff = restart_backoff or Backoff(base=0.5, factor=2.0, cap=30.0, jitter="none")
-        self.min_uptime = min_uptime
-        self.max_quick_failures = max_quick_failures
+        self.stable_after = stable_after
+        self.max_startup_failures = max_startup_failures
         self.check_interval = check_interval
         self.slots = [_Slot(i + 1) for i in range(processes)]
         # Signal handlers only append to a list and write a byte to this pipe: taking a lock in a
@@ -85,9 +146,10 @@ class Supervisor:
         self._poke()
 
     def _sleep(self, timeout: float) -> None:
-        """Wait until a signal, a child's exit or ``timeout``, whichever comes first."""
-        ready, _, _ = select.select([self._wake_r], [], [], timeout)
-        if ready:
+        """Wait until a signal, a child's exit, a child's readiness or ``timeout``, whichever comes first."""
+        fds = [self._wake_r] + [s.ready_fd for s in self.slots if s.ready_fd >= 0]
+        ready, _, _ = select.select(fds, [], [], timeout)
+        if self._wake_r in ready:
             with contextlib.suppress(BlockingIOError, OSError):
                 while os.read(self._wake_r, 4096):
                     pass
@@ -102,12 +164,48 @@ class Supervisor:
         env = dict(self.env)
         env[SUPERVISOR_PID_ENV] = str(os.getpid())
         env["FIRESAFE_WORKER_SLOT"] = str(slot.index)
-        slot.proc = subprocess.Popen(self.command, env=env, process_group=0)
+        read_end, write_end = os.pipe()  # neither is inherited by the other children
+        try:
+            os.set_blocking(read_end, False)
+            env[READY_FD_ENV] = str(write_end)
+            slot.proc = subprocess.Popen(self.command, env=env, process_group=0, pass_fds=(write_end,))
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)  # the child holds it now: its exit closes the pipe
+        slot.ready_fd = read_end
+        slot.ready = False
         slot.started = time.monotonic()
         slot.restart_at = None
         slot.returncode = None
         log.info("worker process %d/%d started (pid %d)", slot.index, self.processes, slot.proc.pid,
                  extra={"slot": slot.index, "child_pid": slot.proc.pid})
+
+    def _check_ready(self, slot: _Slot) -> None:
+        """Read what the child wrote on its ready pipe, if anything: a byte (ready) or the end (exited)."""
+        if slot.ready_fd < 0:
+            return
+        try:
+            data = os.read(slot.ready_fd, 64)
+        except BlockingIOError:
+            return  # nothing yet
+        except OSError:
+            data = b""
+        os.close(slot.ready_fd)
+        slot.ready_fd = -1
+        if data and slot.proc is not None:
+            slot.ready = True
+            slot.startup_failures = 0
+            log.debug("worker process %d (pid %d) is ready", slot.index, slot.proc.pid,
+                      extra={"slot": slot.index, "child_pid": slot.proc.pid})
+
+    def _close_ready(self) -> None:
+        for slot in self.slots:
+            if slot.ready_fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(slot.ready_fd)
+                slot.ready_fd = -1
 
     def _forward(self, signum: int) -> None:
         for slot in self.slots:
@@ -127,36 +225,46 @@ class Supervisor:
 
     def _reap(self, slot: _Slot) -> None:
         assert slot.proc is not None
+        self._check_ready(slot)  # a child may say it is ready and die before the loop reads it
+        if slot.ready_fd >= 0:  # still open elsewhere (a process it started?): it said nothing
+            os.close(slot.ready_fd)
+            slot.ready_fd = -1
         code = slot.proc.returncode
         pid = slot.proc.pid
         uptime = time.monotonic() - slot.started
         slot.proc = None
         slot.returncode = code
+        extra = {"slot": slot.index, "child_pid": pid, "returncode": code}
         if self._stopping:
-            log.info("worker process %d (pid %d) exited with code %s", slot.index, pid, code,
-                     extra={"slot": slot.index, "child_pid": pid, "returncode": code})
+            log.info("worker process %d (pid %d) exited with %s", slot.index, pid, exit_text(code), extra=extra)
             slot.finished = True
             return
         if self.burst and code == 0:
-            log.info("worker process %d (pid %d) finished", slot.index, pid,
-                     extra={"slot": slot.index, "child_pid": pid, "returncode": code})
+            log.info("worker process %d (pid %d) finished", slot.index, pid, extra=extra)
             slot.finished = True
             return
-        slot.quick_failures = slot.quick_failures + 1 if uptime < self.min_uptime else 1
-        if slot.quick_failures >= self.max_quick_failures:
-            log.error("worker process %d (pid %d) exited with code %s %d times in a row within %.0fs of starting; "
-                      "giving up", slot.index, pid, code, slot.quick_failures, self.min_uptime,
-                      extra={"slot": slot.index, "child_pid": pid, "returncode": code})
-            slot.finished = True
-            self._failed = True
-            self._begin_stop(signal.SIGTERM, "crash loop")
-            return
-        delay = self.restart_backoff.delay(slot.quick_failures, 1.0)
+        if slot.ready:  # it died while working (a job may have killed it): restart it, never give up
+            slot.crashes = slot.crashes + 1 if uptime < self.stable_after else 1
+            delay = self.restart_backoff.delay(slot.crashes, 1.0)
+            log.warning("worker process %d (pid %d) exited unexpectedly with %s; restarting in %.1fs",
+                        slot.index, pid, exit_text(code), delay, extra={**extra, "restart_in": delay})
+        else:
+            slot.startup_failures += 1
+            if slot.startup_failures >= self.max_startup_failures:
+                log.error("worker process %d (pid %d) exited with %s before it was ready, %d times in a row: "
+                          "giving up (a worker that cannot start: check the app import, the store and the "
+                          "configuration in the lines above)", slot.index, pid, exit_text(code),
+                          slot.startup_failures, extra=extra)
+                slot.finished = True
+                self._failed = True
+                self._begin_stop(signal.SIGTERM, "workers cannot start")
+                return
+            delay = self.restart_backoff.delay(slot.startup_failures, 1.0)
+            log.warning("worker process %d (pid %d) exited with %s before it was ready (%d of %d in a row); "
+                        "restarting in %.1fs", slot.index, pid, exit_text(code), slot.startup_failures,
+                        self.max_startup_failures, delay, extra={**extra, "restart_in": delay})
         slot.restart_at = time.monotonic() + delay
         slot.restarts += 1
-        log.warning("worker process %d (pid %d) exited unexpectedly with code %s; restarting in %.1fs",
-                    slot.index, pid, code, delay,
-                    extra={"slot": slot.index, "child_pid": pid, "returncode": code, "restart_in": delay})
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> int:
@@ -177,8 +285,10 @@ class Supervisor:
                     signum = self._received.pop(0)
                     self._begin_stop(signum, f"signal {signum}")
                 for slot in self.slots:
-                    if slot.proc is not None and slot.proc.poll() is not None:
-                        self._reap(slot)
+                    if slot.proc is not None:
+                        self._check_ready(slot)
+                        if slot.proc.poll() is not None:
+                            self._reap(slot)
                 now = time.monotonic()
                 for slot in self.slots:
                     if slot.restart_at is not None and now >= slot.restart_at and not self._stopping:
@@ -197,6 +307,7 @@ class Supervisor:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            self._close_ready()
             fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), -1, -1
             for fd in fds:
                 os.close(fd)

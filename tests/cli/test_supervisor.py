@@ -1,22 +1,43 @@
-"""The supervisor on its own, with tiny child programs: restarts, crash loops, forwarded signals."""
+"""The supervisor on its own, with tiny child programs: restarts, crash loops, forwarded signals.
+
+A child program says it is ready the way ``firesafe worker`` does once its loop starts (``READY``);
+one that never does is a child that cannot start."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
+
+import pytest
 
 from firesafe import Backoff
 from firesafe.worker.supervisor import SUPERVISOR_PID_ENV, Supervisor
 from tests.cli.conftest import wait_for
 
 FAST = Backoff(base=0.01, factor=2.0, cap=0.05, jitter="none")
+#: What a child program runs to say it is ready.
+READY = "from firesafe.worker.supervisor import ready_notifier\nready_notifier()()\n"
 
 
 def child(code: str) -> list[str]:
     return [sys.executable, "-c", code]
+
+
+def runs(tmp_path: Path, script: str) -> list[str]:
+    """A child program that counts its runs in a file and then runs ``script`` with ``run`` (1, 2, ...) set."""
+    counter = tmp_path / "runs"
+    return child(f"import os, signal, sys\nc = {str(counter)!r}\n"
+                 "run = (len(open(c).read()) if os.path.exists(c) else 0) + 1\n"
+                 "open(c, 'a').write('x')\n" + script)
+
+
+def restart_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "firesafe.supervisor" and "restarting in" in r.message]
 
 
 def test_a_child_that_fails_once_is_restarted_then_finishes(tmp_path: Path) -> None:
@@ -28,11 +49,77 @@ def test_a_child_that_fails_once_is_restarted_then_finishes(tmp_path: Path) -> N
     assert sup.slots[0].restarts == 1 and sup.slots[0].returncode == 0
 
 
-def test_a_crash_loop_gives_up_and_fails(tmp_path: Path) -> None:
-    sup = Supervisor(child("import sys; sys.exit(4)"), 2, burst=True, restart_backoff=FAST, max_quick_failures=3)
+def test_a_child_that_never_gets_ready_gives_up_and_fails(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "firesafe.supervisor")
+    sup = Supervisor(child("import sys; sys.exit(4)"), 2, burst=True, restart_backoff=FAST, max_startup_failures=3)
     assert sup.run() == 1
     assert max(s.restarts for s in sup.slots) == 2
     assert all(s.proc is None and s.restart_at is None for s in sup.slots)  # nothing left running or pending
+    assert "exited with code 4 before it was ready (1 of 3 in a row); restarting in 0.0s" in caplog.text
+    assert "exited with code 4 before it was ready, 3 times in a row: giving up (a worker that cannot start" \
+        in caplog.text
+
+
+def test_a_child_that_dies_while_working_is_restarted_however_often_with_a_bounded_backoff(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Given a child that says it is ready, then dies (as a job that kills its process makes it do),
+    # 6 times in a row within a second of starting, far more than the startup failures allowed
+    caplog.set_level(logging.INFO, "firesafe.supervisor")
+    program = runs(tmp_path, READY + "if run <= 6: os._exit(1)\nsys.exit(0)\n")
+    backoff = Backoff(base=0.1, factor=2.0, cap=0.4, jitter="none")
+    sup = Supervisor(program, 1, burst=True, restart_backoff=backoff, max_startup_failures=2)
+
+    # When it runs; Then it restarts it every time, waiting longer each time up to the cap, and the 7th run finishes
+    assert sup.run() == 0
+    assert sup.slots[0].restarts == 6 and sup.slots[0].returncode == 0 and sup.slots[0].crashes == 6
+    assert [line.split("exited unexpectedly with ")[1] for line in restart_lines(caplog)] == [
+        "code 1; restarting in 0.1s", "code 1; restarting in 0.2s", "code 1; restarting in 0.4s",
+        "code 1; restarting in 0.4s", "code 1; restarting in 0.4s", "code 1; restarting in 0.4s"]
+    assert "giving up" not in caplog.text
+
+
+def test_a_child_killed_by_a_signal_while_working_is_restarted_and_a_long_life_resets_the_backoff(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "firesafe.supervisor")
+    program = runs(tmp_path, READY + "if run <= 3: os.kill(os.getpid(), signal.SIGKILL)\nsys.exit(0)\n")
+    backoff = Backoff(base=0.1, factor=2.0, cap=0.4, jitter="none")
+    sup = Supervisor(program, 1, burst=True, restart_backoff=backoff, stable_after=0.0)  # every life counts as long
+    assert sup.run() == 0
+    assert [line.split("exited unexpectedly with ")[1] for line in restart_lines(caplog)] == [
+        "signal 9 (SIGKILL); restarting in 0.1s"] * 3
+    assert sup.slots[0].crashes == 1
+
+
+def test_being_ready_clears_the_startup_failures(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Given a child that alternately fails before it is ready and dies after it is ready, 2 startup
+    # failures being the limit
+    caplog.set_level(logging.INFO, "firesafe.supervisor")
+    program = runs(tmp_path, "if run % 2: sys.exit(4)\n" + READY + "if run < 6: sys.exit(1)\nsys.exit(0)\n")
+    sup = Supervisor(program, 1, burst=True, restart_backoff=FAST, max_startup_failures=2)
+
+    # Then a failure to start never follows another: it never gives up, and the 6th run finishes
+    assert sup.run() == 0
+    assert sup.slots[0].restarts == 5
+    assert [line.split("exited ")[1].split(";")[0] for line in restart_lines(caplog)] == [
+        "with code 4 before it was ready (1 of 2 in a row)", "unexpectedly with code 1"] * 2 + [
+        "with code 4 before it was ready (1 of 2 in a row)"]
+
+
+def test_a_signal_during_a_restart_backoff_stops_without_restarting(tmp_path: Path) -> None:
+    sup = Supervisor(child(READY + "import os; os._exit(1)"), 1,
+                     restart_backoff=Backoff(base=60.0, factor=2.0, cap=60.0, jitter="none"))
+
+    def stop_while_waiting() -> None:
+        wait_for(lambda: sup.slots[0].restart_at is not None, what="the restart to be scheduled")
+        sup.stop()
+
+    stopper = threading.Thread(target=stop_while_waiting)
+    stopper.start()
+    started = time.monotonic()
+    assert sup.run() == 1  # the child did not end cleanly
+    stopper.join()
+    assert time.monotonic() - started < 15
+    assert sup.slots[0].restarts == 1 and sup.slots[0].proc is None and sup.slots[0].restart_at is None
 
 
 def test_a_signal_is_forwarded_once_to_every_child_and_nothing_restarts(tmp_path: Path) -> None:

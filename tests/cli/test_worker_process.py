@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,81 @@ def test_supervisor_restarts_a_child_that_died(tmp_path: Path) -> None:
     app.close()
     assert job.state == "succeeded" and [a.outcome for a in job.trace] == ["lost", "succeeded"]
     assert appmod.effects() == ["crash:1"]
+
+
+POISON_APP = """
+import os
+from pathlib import Path
+
+from firesafe import App, Backoff
+
+HERE = Path({here!r})
+app = App({url!r}, lease=1.0)
+SOON = Backoff(base=0.05, factor=2.0, cap=0.2, jitter="none")
+
+
+@app.job(backoff=SOON)
+def quick(ctx, n: int) -> int:
+    with open(HERE / "effects.log", "a") as f:
+        f.write(ctx.job.key + "\\n")
+    return n
+
+
+@app.job(backoff=SOON)
+def poison(ctx) -> None:
+    os._exit(1)  # takes its worker process down, every time
+"""
+
+
+@pytest.mark.slow
+def test_jobs_that_kill_their_process_go_dead_and_the_supervisor_keeps_the_others_flowing(tmp_path: Path) -> None:
+    # Given 2 jobs that kill the process running them, claimed first, then 20 ordinary ones
+    url = f"sqlite:///{tmp_path}/firesafe.db"
+    (tmp_path / "poisonapp.py").write_text(POISON_APP.format(here=str(tmp_path), url=url))
+    appmod = AppModule(tmp_path, "poisonapp", url)
+    module = appmod.load()
+    module.poison.enqueue_many([{"key": f"poison:{i}"} for i in range(2)])
+    module.quick.enqueue_many([{"args": [i], "key": f"quick:{i}"} for i in range(20)])
+    module.app.close()
+
+    # When two supervised processes of one thread each drain them (each restarted child claims the
+    # next poison job and dies within a second, as long as some are fresh)
+    started = time.monotonic()
+    proc = run_cli(["worker", appmod.target, "--processes", "2", "--concurrency", "1", "--burst", "--wait-scheduled"],
+                   appmod.dir, timeout=90)
+    took = time.monotonic() - started
+
+    # Then the supervisor restarts the dying children instead of giving up, every ordinary job runs
+    # once, and every poison job is dead-lettered as worker_lost
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "giving up" not in proc.stderr
+    # more than the 5 deaths in a row that used to end it
+    assert proc.stderr.count("exited unexpectedly with code 1; restarting in") >= 6
+    app = App(url, auto_migrate=False)
+    try:
+        jobs = {j.key: j for j in app.jobs_list(limit=100)}
+        poison = {k: (str(j.state), app.get(k).reason) for k, j in jobs.items() if k.startswith("poison:")}
+    finally:
+        app.close()
+    assert poison == dict.fromkeys((f"poison:{i}" for i in range(2)), ("dead", "worker_lost"))
+    quick = [f"quick:{i}" for i in range(20)]
+    assert {k: str(jobs[k].state) for k in quick} == dict.fromkeys(quick, "succeeded")
+    assert sorted(appmod.effects()) == sorted(quick)  # each ran to its end once
+    assert took < 60
+
+
+def test_the_supervisor_gives_up_on_worker_processes_that_cannot_start(tmp_path: Path) -> None:
+    # Given an app that imports in the supervisor but fails to import in its worker processes
+    appmod = write_app(tmp_path, f"sqlite:///{tmp_path}/firesafe.db")
+    source = tmp_path / f"{appmod.name}.py"
+    source.write_text(source.read_text() + "\nif os.environ.get('FIRESAFE_SUPERVISOR_PID'):\n"
+                      "    raise RuntimeError('this app cannot start in a worker process')\n")
+    proc = run_cli(["worker", appmod.target, "--processes", "2"], appmod.dir, timeout=60)
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    assert "exited with code 1 before it was ready (1 of 5 in a row); restarting in 0.5s" in proc.stderr
+    assert "exited with code 1 before it was ready, 5 times in a row: giving up" in proc.stderr
+    assert "this app cannot start in a worker process" in proc.stderr
+    assert "exited unexpectedly" not in proc.stderr
 
 
 def test_a_corrupt_store_gives_a_clear_error_and_no_traceback(tmp_path: Path) -> None:
