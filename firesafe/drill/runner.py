@@ -8,8 +8,10 @@ while faults are injected for ``seconds``, lets the workers finish without fault
 
 Broken invariants it reports:
 
-- a step whose function completed and then ran again, in an attempt that never asked for the step's
-  ``ctx.idempotency_key``: its effect may have happened twice (only a provider key closes that window);
+- a step whose function started, was not recorded as done (it completed but its record was lost, or
+  the process died during the call) and then started again, in attempts that never asked for the
+  step's ``ctx.idempotency_key``: its effect may have happened twice (only a provider key closes that
+  window). A step counts as run when its function starts (see :func:`tally_steps`);
 - a job that never ended (still waiting or running once the drill settled);
 - a dead job without its trace or without its dead-letter alert;
 - an attempt above the job's maximum.
@@ -27,7 +29,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,8 +72,9 @@ class JobReport:
     attempts: int = 0  # every claim (trace entries)
     resumes: int = 0  # attempts that restored at least one recorded step
     steps_restored: int = 0
-    steps_ran: int = 0  # step functions called
+    steps_ran: int = 0  # step functions called (counted when they start)
     steps_rerun: int = 0  # calls of a step function beyond the first, per job and step
+    steps_cut: int = 0  # calls that started and never returned (the process died during the call)
     dead_reasons: dict[str, int] = field(default_factory=dict)
     alerts: int = 0  # dead-letter alerts raised (kept in the scratch outbox; none were sent)
     faults: dict[str, int] = field(default_factory=dict)
@@ -295,7 +298,6 @@ class Drill:
     def _report(self, settle_seconds: float) -> DrillReport:
         reports = {name: JobReport(name) for name in self.o.jobs}
         events = self._events()
-        calls: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
         store_faults = 0
         for e in events:
             if e.get("e") == "fault" and e.get("name") in reports:
@@ -303,8 +305,6 @@ class Drill:
                 r.faults[e["kind"]] = r.faults.get(e["kind"], 0) + 1
             elif e.get("e") == "fault" and e.get("kind") == "store":
                 store_faults += 1
-            elif e.get("e") == "step" and e.get("job") in self.keys:
-                calls[(e["job"], e["step"])].append(e)
         alerts = Counter(ev.job_id for ev in self.store.alert_pending(1_000_000) if ev.kind == "dead_letter")
         for key, name in self.keys.items():
             r = reports[name]
@@ -337,20 +337,13 @@ class Drill:
                 when = (f", next attempt at {job.run_at.isoformat()}"
                         if job.state == State.SCHEDULED and job.run_at else "")
                 r.violations.append(f"{key}: never ended within the settle time (state {job.state}{when})")
-        for (key, step), runs in calls.items():
-            runs.sort(key=lambda c: c.get("run", 0))  # a late run of a timed-out attempt may log after the next
-            r = reports[self.keys[key]]
-            r.steps_ran += len(runs)
-            r.steps_rerun += len(runs) - 1
-            completed_then_again = any(c.get("ok") for c in runs[:-1])
-            if completed_then_again and not any(c.get("keyed") for c in runs):
-                r.violations.append(
-                    f"{key}: step {step!r} ran {len(runs)} times without an idempotency key: it completed, was "
-                    f"not recorded (a crash, a timeout or a lost lease), and ran again, so its effect may have "
-                    f"happened twice. Pass ctx.idempotency_key({step!r}) to the provider")
-            elif len(runs) > 1 and not any(c.get("keyed") for c in runs):
-                r.warnings.append(f"{key}: step {step!r} ran {len(runs)} times (after failures) without an "
-                                  "idempotency key; safe only if a failed call never leaves an effect behind")
+        stepped = tally_steps(events, self.keys, reports)
+        for name, r in reports.items():
+            if r.attempts and name not in stepped:
+                r.warnings.append(
+                    f"job {name!r} ran no steps: effects outside ctx.step are not checked for double effects (an "
+                    "attempt cut short after an effect runs it again unseen); put each effect in a ctx.step and "
+                    "pass ctx.idempotency_key to its provider")
         for name in self.o.jobs:
             jd = self.app.jobs[name]
             if "timeout" in self.o.faults and not jd.timeout:
@@ -360,6 +353,70 @@ class Drill:
         return DrillReport(store=self.url, seconds=self.o.seconds, settle_seconds=settle_seconds,
                            faults=self.o.faults, rate=self.o.rate, seed=self.seed, jobs=list(reports.values()),
                            worker_starts=self.starts, store_faults=store_faults)
+
+
+def tally_steps(events: Iterable[Mapping[str, Any]], keys: Mapping[str, str],
+                reports: Mapping[str, JobReport]) -> set[str]:
+    """Count the step calls of the event record into ``reports`` (by job name; ``keys`` maps each job key
+    to its name) and flag every step whose effect may have happened twice without an idempotency key.
+    Returns the names of the jobs that called at least one step function.
+
+    A call counts as run when it starts (its ``step_start`` is written before the step's function
+    runs): a call the process died in counts too. Calls of one step of one job are ordered by
+    ``run`` (a late call of a timed-out attempt may end after the next attempt's). A step is flagged
+    when it started again after a call that did not fail (one that completed but was not recorded, or
+    one that never ended), and no attempt asked for ``ctx.idempotency_key(step)``. Calls that ran
+    again only after failures get a warning: safe only if a failed call leaves no effect.
+
+    >>> reports = {"notify": JobReport("notify")}
+    >>> events = [{"e": "step_start", "job": "k1", "step": "send", "run": 1, "keyed": False},
+    ...           {"e": "step_start", "job": "k1", "step": "send", "run": 2, "keyed": False},
+    ...           {"e": "step", "job": "k1", "step": "send", "run": 2, "ok": True, "keyed": False}]
+    >>> tally_steps(events, {"k1": "notify"}, reports)
+    {'notify'}
+    >>> r = reports["notify"]
+    >>> r.steps_ran, r.steps_rerun, r.steps_cut, len(r.violations)
+    (2, 1, 1, 1)
+    """
+    calls: dict[tuple[str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
+    for e in events:
+        kind = e.get("e")
+        if kind not in ("step_start", "step", "step_key") or e.get("job") not in keys:
+            continue
+        call = calls[(e["job"], e["step"])].setdefault(int(e.get("run") or 0), {"ok": None, "keyed": False})
+        call["keyed"] = call["keyed"] or kind == "step_key" or bool(e.get("keyed"))
+        if kind == "step":  # an end without its start (a record older than starts) still counts as a call
+            call["ok"] = bool(e.get("ok"))
+    stepped = set()
+    for (key, step), by_run in calls.items():
+        name = keys[key]
+        stepped.add(name)
+        r = reports[name]
+        runs = [by_run[n] for n in sorted(by_run)]
+        r.steps_ran += len(runs)
+        r.steps_rerun += len(runs) - 1
+        r.steps_cut += sum(c["ok"] is None for c in runs)
+        if len(runs) < 2 or any(c["keyed"] for c in runs):
+            continue
+        completed = sum(c["ok"] is True for c in runs[:-1])
+        cut = sum(c["ok"] is None for c in runs[:-1])
+        if completed or cut:
+            how = " and ".join(part for part in (
+                _calls(completed, "completed and was not recorded (a crash, a timeout, a lost lease or a failed "
+                       "record)", "completed and were not recorded (crashes, timeouts, lost leases or failed records)"),
+                _calls(cut, "never ended (the process died during it, or its attempt was abandoned)",
+                       "never ended (the process died during them, or their attempts were abandoned)")) if part)
+            r.violations.append(
+                f"{key}: step {step!r} ran {len(runs)} times without an idempotency key: {how}, then it ran "
+                f"again, so its effect may have happened twice. Pass ctx.idempotency_key({step!r}) to the provider")
+        else:
+            r.warnings.append(f"{key}: step {step!r} ran {len(runs)} times (after failures) without an "
+                              "idempotency key; safe only if a failed call never leaves an effect behind")
+    return stepped
+
+
+def _calls(n: int, one: str, many: str) -> str:
+    return "" if not n else f"a call {one}" if n == 1 else f"{n} calls {many}"
 
 
 def run_drill(app: Any, options: DrillOptions, progress: Callable[[str], None] | None = None) -> DrillReport:
@@ -374,4 +431,4 @@ def run_drill(app: Any, options: DrillOptions, progress: Callable[[str], None] |
     return Drill(app, options, progress).run()
 
 
-__all__ = ["DrillOptions", "DrillReport", "JobReport", "parse_samples", "run_drill"]
+__all__ = ["DrillOptions", "DrillReport", "JobReport", "parse_samples", "run_drill", "tally_steps"]

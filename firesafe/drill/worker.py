@@ -6,7 +6,10 @@ job runs, its alert sinks and background duties (alert delivery, schedules) are 
 every job of the drill is wrapped so faults strike at its start, before a step, after a step's effect
 (before the step is recorded) and after it returns (before its completion is saved). What happens is
 appended, one JSON object per line, to ``DIR/events.jsonl``: each fault, and each call of a step's
-function (whether it returned, and whether the attempt asked for the step's idempotency key).
+function twice, when it starts (``step_start``, written before the function runs, so a call the
+process dies in is still on record) and when it returns or raises (``step``, with ``ok``), each
+saying whether the attempt asked for the step's idempotency key (``step_key`` when it asks during
+the call).
 """
 
 from __future__ import annotations
@@ -146,10 +149,14 @@ class Injector:
         """Shadow ``ctx.step`` and ``ctx.idempotency_key`` on this attempt's ctx."""
         injector = self
         keyed: set[str] = set()
+        calling: set[str] = set()  # steps whose function started and has not returned yet
         real_step, real_key = ctx.step, ctx.idempotency_key
         in_async = jobdef.is_async
+        job = {"job": ctx.job.key, "name": ctx.job.name, "run": ctx.job.run}
 
         def idempotency_key(name: str) -> str:
+            if name not in keyed and name in calling:  # asked inside the call, after its start was written
+                injector.record(e="step_key", step=name, **job)
             keyed.add(name)
             return real_key(name)
 
@@ -159,12 +166,16 @@ class Injector:
                 injector.strike(kind, "before_step", ctx, jobdef, name)
 
             def done(ok: bool) -> None:
-                injector.record(e="step", job=ctx.job.key, name=ctx.job.name, run=ctx.job.run, step=name, ok=ok,
-                                keyed=name in keyed)
+                calling.discard(name)
+                injector.record(e="step", step=name, ok=ok, keyed=name in keyed, **job)
                 if ok and (kind := injector.draw(("kill", "exception") + (() if in_async else timeout))):
                     injector.strike(kind, "after_effect", ctx, jobdef, name)
 
             def call(*a: Any, **kw: Any) -> Any:
+                # Written (one write, to the kernel) before the function runs: a process killed during
+                # the call, by a fault of another attempt or by the drill's end, leaves its start on record.
+                injector.record(e="step_start", step=name, keyed=name in keyed, **job)
+                calling.add(name)
                 try:
                     value = fn(*a, **kw)
                 except Exception:
