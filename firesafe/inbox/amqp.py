@@ -1,8 +1,9 @@
 """A RabbitMQ consumer for the inbox: a message is acknowledged only after its event is stored.
 
 A crash between storing and acknowledging makes RabbitMQ redeliver the message, and the inbox absorbs
-the redelivery (the event is stored once, its job enqueued once). A message without an id or with a
-body that is not JSON is kept as a reject with the reason, then acknowledged: never silently dropped.
+the redelivery (the event is stored once, its job enqueued once). A message that cannot be an event
+(no id, a body that is not JSON, an id or type that is not printable text) is kept as a reject with
+the reason, then acknowledged: never silently dropped, and never blocking the messages behind it.
 
 The event id is the message's ``message_id`` property, else the body's ``id`` field; the type is
 the ``type`` property, else the body's ``type`` field, else ``"message"``.
@@ -19,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from firesafe.errors import FiresafeError, InvalidInput, StoreError
+from firesafe.idempotency.keys import check_name
+from firesafe.inbox.events import check_event_id, check_event_type, json_kind
 
 if TYPE_CHECKING:
     from firesafe.app import App
@@ -33,17 +36,54 @@ class ConsumeStats:
     rejected: int = 0
 
 
+def _text_or_integer(value: Any, what: str) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str):
+        raise InvalidInput(f"the message {what} must be a string or an integer, not {json_kind(value)}")
+    return value
+
+
 def parse_message(properties: Any, body: bytes) -> tuple[str, str, Any]:
-    """(event id, type, data) of a message; ValueError with the reason if it is not an event."""
+    """(event id, type, data) of a message; InvalidInput (a ValueError) with the reason if it is not
+    an event, whatever the body holds.
+
+    >>> parse_message(None, b'{"id": 7, "type": "order.paid"}')
+    ('7', 'order.paid', {'id': 7, 'type': 'order.paid'})
+    >>> parse_message(None, b'{"id": true}')
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.InvalidInput: the message id must be a string or an integer, not true
+    """
     try:
         data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"body is not JSON: {exc}") from None
+        raise InvalidInput(f"body is not JSON: {exc}") from None
+    except ValueError as exc:  # an integer past Python's digit limit
+        raise InvalidInput(f"body cannot be read as JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidInput("body nests too deeply to be read as JSON") from None
     event_id = getattr(properties, "message_id", None) or (data.get("id") if isinstance(data, dict) else None)
     if event_id is None or event_id == "":
-        raise ValueError("no message id (message_id property or 'id' field)")
-    etype = getattr(properties, "type", None) or (data.get("type") if isinstance(data, dict) else None) or "message"
-    return str(event_id), str(etype), data
+        raise InvalidInput("no message id (message_id property or 'id' field)")
+    etype = getattr(properties, "type", None) or (data.get("type") if isinstance(data, dict) else None)
+    if etype is None or etype == "":
+        etype = "message"
+    return (check_event_id(_text_or_integer(event_id, "id")), check_event_type(_text_or_integer(etype, "type")),
+            data)
+
+
+def check_source(queue: str, source: str | None) -> str:
+    """The event source a consumer of ``queue`` stores into: ``source``, else the queue's name, which
+    must then be a valid source name (InvalidInput before anything is consumed)."""
+    if source is not None:
+        return check_name(source, "event source")
+    try:
+        return check_name(queue, "event source")
+    except InvalidInput:
+        raise InvalidInput(f"the queue name {queue!r} is not a valid event source name (letters, digits, '_', "
+                           "'.', ':' or '-', starting with a letter or '_', at most 128 characters): "
+                           "name the source with --source (source=...)") from None
 
 
 def parameters(url: str) -> Any:
@@ -79,7 +119,7 @@ def consume(app: App, url: str, queue: str, *, source: str | None = None, prefet
     a 50 ms lull), then acknowledged together."""
     import pika
 
-    source = source or queue
+    source = check_source(queue, source)
     params = parameters(url)
     connection = pika.BlockingConnection(params)
     channel = connection.channel()

@@ -1,9 +1,10 @@
 """Events in, jobs out: each event becomes a job keyed by its source and id, so redelivery is a no-op.
 
 An event is stored once per ``(source, event id)``; if a handler is declared for its type, a job
-keyed ``<source>:<event id>`` runs the handler with all of firesafe's recovery (retries, dead
-letters, replay). Storing the event and enqueueing its job are both idempotent, so a sender that
-redelivers after a crash between the two completes the work instead of duplicating it.
+keyed ``<source>:<event id>`` (see :func:`event_key`) runs the handler with all of firesafe's recovery
+(retries, dead letters, replay). The stored event is marked handled only once its job is enqueued:
+a sender that redelivers after a crash between the two completes the work, and a redelivery of a
+handled event enqueues nothing, even after the job itself was pruned (event rows are not pruned).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,15 +20,20 @@ from typing import TYPE_CHECKING, Any
 
 from firesafe.clock import to_datetime
 from firesafe.errors import ConfigError, IdempotencyConflict, InvalidInput
-from firesafe.idempotency.keys import canonical_json, check_name
+from firesafe.idempotency.keys import MAX_KEY_LENGTH, canonical_json, check_name
 from firesafe.models import Job
+from firesafe.store.base import JobFilter
 
 if TYPE_CHECKING:
     from firesafe.app import App, JobDef
 
 MAX_EVENT_ID = 200
 MAX_TYPE = 200
+#: How deep event data may nest (far below what JSON encoding and decoding in Python can reach).
+MAX_DEPTH = 256
 DEFAULT_MAX_BODY = 256 * 1024
+#: Bytes of the job payload kept for what wraps the event data: the source, id, type, received_at.
+PAYLOAD_RESERVE = 1024
 
 
 @dataclass(frozen=True)
@@ -64,17 +71,85 @@ class Source:
 class EventConflict(IdempotencyConflict):
     def __init__(self, source: str, event_id: str) -> None:
         Exception.__init__(self, f"event {event_id!r} of {source!r} was already received with another type or data")
-        self.key = f"{source}:{event_id}"
+        self.key = event_key(source, event_id)
+
+
+#: Escapes of the source part of an event key, ``%`` first: that part then holds no ``:``.
+_SOURCE_ESCAPES = (("%", "%25"), (":", "%3A"))
+#: Where a shortened key puts its ``#`` (the shape of shortened step keys): 190 + 1 + 64 = 255.
+_CUT = MAX_KEY_LENGTH - 65
+_SHORTENED = re.compile(rf".{{{_CUT}}}#[0-9a-f]{{64}}", re.DOTALL)
 
 
 def event_key(source: str, event_id: str) -> str:
-    return f"{source}:{event_id}"
+    """The job key of an event: one per ``(source, event id)``, never another pair's, at most 255
+    characters.
+
+    ``SOURCE:EVENT_ID``, with ``%`` and ``:`` in the source written ``%25`` and ``%3A`` (source names
+    without them keep their plain keys), so the first ``:`` splits the two parts one way only. A key
+    over 255 characters, or one with the shape of a shortened key, is shortened as step keys are:
+    its first 190 characters, ``#``, and the SHA-256 (hex) of the whole key.
+
+    >>> event_key("stripe", "evt_1")
+    'stripe:evt_1'
+    >>> event_key("a", "b:c"), event_key("a:b", "c")
+    ('a:b:c', 'a%3Ab:c')
+    >>> len(event_key("s" * 60, "x" * 200))
+    255
+    """
+    for char, escaped in _SOURCE_ESCAPES:
+        source = source.replace(char, escaped)
+    key = f"{source}:{event_id}"
+    if len(key) <= MAX_KEY_LENGTH and not _SHORTENED.fullmatch(key):
+        return key
+    return f"{key[:_CUT]}#{hashlib.sha256(key.encode()).hexdigest()}"
 
 
 def check_event_id(event_id: object) -> str:
     if not isinstance(event_id, str) or not event_id or len(event_id) > MAX_EVENT_ID or not event_id.isprintable():
         raise InvalidInput(f"an event id must be 1 to {MAX_EVENT_ID} printable characters, not {event_id!r}")
     return event_id
+
+
+def check_event_type(etype: object) -> str:
+    """``etype`` if it is 1 to 200 printable characters (no NUL or other control character: every
+    store keeps it as text)."""
+    if not isinstance(etype, str) or not etype or len(etype) > MAX_TYPE or not etype.isprintable():
+        raise InvalidInput(f"an event type must be 1 to {MAX_TYPE} printable characters, not {etype!r}")
+    return etype
+
+
+def json_kind(value: Any) -> str:
+    """A JSON value in a few words, without walking it (it may nest deeply or be large).
+
+    >>> json_kind(True), json_kind(1.5), json_kind([[1]]), json_kind({"a": 1})
+    ('true', '1.5', 'a list', 'an object')
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return {dict: "an object", list: "a list"}.get(type(value), type(value).__name__)
+
+
+_NESTS = (dict, list, tuple)
+
+
+def check_depth(data: Any) -> None:
+    """InvalidInput if ``data`` nests lists and dicts more than :data:`MAX_DEPTH` levels deep."""
+    level = [data] if isinstance(data, _NESTS) else []
+    for _ in range(MAX_DEPTH):
+        level = [v for c in level for v in (c.values() if isinstance(c, dict) else c) if isinstance(v, _NESTS)]
+        if not level:
+            return
+    raise InvalidInput(f"event data are nested more than {MAX_DEPTH} levels deep")
+
+
+def _data_limit(max_payload: int, source: str, event_id: str, etype: str) -> int:
+    """The most bytes of event data whose handler job still fits ``max_payload``: what wraps the data
+    (source, id, type, received_at; the id and type at most doubled by JSON escapes) is kept out."""
+    wrap = 128 + len(source) + 2 * (len(event_id.encode()) + len(etype.encode()))
+    return max_payload - max(PAYLOAD_RESERVE, wrap)
 
 
 class Inbox:
@@ -88,8 +163,8 @@ class Inbox:
     # -- declaring ---------------------------------------------------------------------------
     def on_event(self, source: str, type: str = "*", **job_options: Any) -> Callable[[Callable[..., Any]], JobDef]:
         check_name(source, "event source")
-        if not isinstance(type, str) or not type or len(type) > MAX_TYPE:
-            raise ConfigError(f"event type must be a non-empty string of at most {MAX_TYPE} characters or '*'")
+        if not isinstance(type, str) or not type or len(type) > MAX_TYPE or not type.isprintable():
+            raise ConfigError(f"event type must be 1 to {MAX_TYPE} printable characters or '*', not {type!r}")
         if (source, type) in self.handlers:
             raise ConfigError(f"a handler for {source!r} events of type {type!r} is declared already")
 
@@ -126,64 +201,78 @@ class Inbox:
         return self.handlers.get((source, type)) or self.handlers.get((source, "*"))
 
     # -- ingesting ---------------------------------------------------------------------------
+    def _prepare(self, source: str, event_id: object, etype: object, data: Any) -> dict[str, Any]:
+        """What the store keeps of one event, checked: nothing bad reaches the store or the job."""
+        check_event_id(event_id)
+        check_event_type(etype)
+        assert isinstance(event_id, str) and isinstance(etype, str)
+        text = canonical_json(data, what="event data",
+                              limit=_data_limit(self.app.max_payload, source, event_id, etype))
+        check_depth(data)
+        return {"event_id": event_id, "type": etype, "data": text,
+                "fingerprint": hashlib.sha256(f"{etype}\n{text}".encode()).hexdigest()}
+
     def ingest_many(self, source: str, events: list[tuple[str, str, Any]]) -> list[Job | None]:
         """:meth:`ingest` for a batch of ``(event id, type, data)`` of one source: the events are
         stored in one transaction and the jobs enqueued in one per handler. All or nothing: a bad
         event raises before anything is stored; a conflicting one raises after the others are
-        stored (redelivering the batch is then safe)."""
+        stored and before any job is enqueued (redelivering the batch is then safe)."""
         check_name(source, "event source")
-        items, handlers = [], []
-        for event_id, etype, data in events:
-            check_event_id(event_id)
-            if not isinstance(etype, str) or not etype or len(etype) > MAX_TYPE:
-                raise InvalidInput(f"an event type must be 1 to {MAX_TYPE} characters, not {etype!r}")
-            text = canonical_json(data, what="event data", limit=self.app.max_payload - 1024)
-            handler = self.handler_for(source, etype)
-            handlers.append(handler)
-            items.append({"event_id": event_id, "type": etype, "data": text, "handled": handler is not None,
-                          "fingerprint": hashlib.sha256(f"{etype}\n{text}".encode()).hexdigest()})
+        items = [self._prepare(source, event_id, etype, data) for event_id, etype, data in events]
         if not items:
             return []
+        handlers = [self.handler_for(source, it["type"]) for it in items]
         stored = self.app.store.inbox_event_store_many(source, items)
-        by_handler: dict[str, list[int]] = {}
-        for n, (item, handler) in enumerate(zip(items, handlers, strict=True)):
+        for item in items:
             if stored[item["event_id"]][1]["fingerprint"] != item["fingerprint"]:
                 raise EventConflict(source, item["event_id"])
-            if handler is not None:
-                by_handler.setdefault(handler.name, []).append(n)
         results: list[Job | None] = [None] * len(items)
+        by_handler: dict[str, list[int]] = {}
+        handled: dict[str, list[int]] = {}  # job key -> positions of events whose job was enqueued before
+        for n, (item, handler) in enumerate(zip(items, handlers, strict=True)):
+            if handler is None:
+                continue
+            if stored[item["event_id"]][1]["handled"]:
+                handled.setdefault(event_key(source, item["event_id"]), []).append(n)
+            else:
+                by_handler.setdefault(handler.name, []).append(n)
         for name, positions in by_handler.items():
             rows = [stored[items[n]["event_id"]][1] for n in positions]
             jobs = self.app.jobs[name].enqueue_many(
                 [{"args": [self._event_arg(r)], "key": event_key(source, r["event_id"])} for r in rows])
-            for n, job, row in zip(positions, jobs, rows, strict=True):
+            for n, job in zip(positions, jobs, strict=True):
                 results[n] = job
-                if not stored[row["event_id"]][0] and not row["handled"]:
-                    self.app.store.inbox_event_mark_handled(source, row["event_id"])
+        enqueued = {items[n]["event_id"] for positions in by_handler.values() for n in positions}
+        if enqueued:
+            self.app.store.inbox_event_mark_handled_many(source, sorted(enqueued))
+        if handled:  # redeliveries: no new job; the stored one, unless it was pruned already
+            found = self.app.store.job_list(JobFilter(keys=list(handled), limit=len(handled)))
+            for job in found:
+                for n in handled.get(job.key, []):
+                    results[n] = job
         return results
 
     def ingest(self, source: str, *, event_id: str, type: str, data: Any = None) -> Job | None:
         """Store an event once and enqueue its handler's job once; returns that job (None if no
-        handler takes this type yet: the event is kept and can be replayed later).
+        handler takes this type yet: the event is kept and can be replayed later; None too for a
+        redelivery of an event whose job was pruned already).
 
-        Runs at most one handler job per ``(source, event id)``, however often it is delivered.
+        Runs at most one handler job per ``(source, event id)``, however often and however late it
+        is delivered.
         """
         check_name(source, "event source")
-        check_event_id(event_id)
-        if not isinstance(type, str) or not type or len(type) > MAX_TYPE:
-            raise InvalidInput(f"an event type must be 1 to {MAX_TYPE} characters, not {type!r}")
-        text = canonical_json(data, what="event data", limit=self.app.max_payload - 1024)
-        fingerprint = hashlib.sha256(f"{type}\n{text}".encode()).hexdigest()
-        handler = self.handler_for(source, type)
+        item = self._prepare(source, event_id, type, data)
         store = self.app.store
-        created, row = store.inbox_event_store(source, event_id, type, text, fingerprint, handler is not None)
-        if row["fingerprint"] != fingerprint:
+        _, row = store.inbox_event_store(source, event_id, type, item["data"], item["fingerprint"])
+        if row["fingerprint"] != item["fingerprint"]:
             raise EventConflict(source, event_id)
+        handler = self.handler_for(source, type)
         if handler is None:
             return None
+        if row["handled"]:  # a redelivery: its job was enqueued before (and may be pruned since)
+            return store.job_get(event_key(source, event_id))
         job = self._enqueue(handler, row)
-        if not created and not row["handled"]:
-            store.inbox_event_mark_handled(source, event_id)
+        store.inbox_event_mark_handled(source, event_id)
         return job
 
     @staticmethod
@@ -219,8 +308,17 @@ class Inbox:
 
     def reject(self, source: str, reason: str, body: bytes | str | None) -> None:
         """Keep a message that could not be read as an event (never silently dropped)."""
+        check_name(source, "event source")
         if isinstance(body, bytes):
             body = body[:64 * 1024].decode("utf-8", "backslashreplace")
-        if body:  # kept as readable text: NUL is escaped (PostgreSQL text cannot hold it)
-            body = body[:64 * 1024].replace("\x00", "\\x00")
-        self.app.store.inbox_reject(source, reason[:1000].replace("\x00", "\\x00"), body)
+        self.app.store.inbox_reject(source, _text(reason[:1000]), _text(body[:64 * 1024]) if body else body)
+
+
+def _text(text: str) -> str:
+    """``text`` as every store can keep it: NUL and lone surrogates escaped (PostgreSQL text holds
+    no NUL, and no store holds a surrogate).
+
+    >>> _text("a\\x00b\\ud800")
+    'a\\\\x00b\\\\ud800'
+    """
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")

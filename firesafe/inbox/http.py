@@ -2,6 +2,7 @@
 
 The handler runs later in the workers, so the endpoint answers fast. An unverified, malformed or
 oversized request gets a 4xx and stores nothing; a store fault gets 503 so the sender redelivers.
+Whatever the body or headers hold, the answer is one of these, never a 500.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from firesafe.errors import FiresafeError, InvalidInput, StoreError
-from firesafe.inbox.events import EventConflict, Source
+from firesafe.inbox.events import EventConflict, Source, json_kind
 from firesafe.inbox.verify import Unverified
 
 if TYPE_CHECKING:
@@ -62,14 +63,18 @@ def read_event(src: Source, headers: Any, body: bytes) -> tuple[str, str, Any]:
         data = json.loads(body) if body else None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise _Refused(400, f"the body is not JSON: {exc}") from None
+    except ValueError as exc:  # an integer past Python's digit limit
+        raise _Refused(400, f"the body cannot be read as JSON: {exc}") from None
+    except RecursionError:
+        raise _Refused(400, "the body nests too deeply to be read as JSON") from None
     event_id = headers.get(src.id_header) if src.id_header else _field(data, src.id_field or "id")
     if event_id is None or event_id == "":
         where = f"header {src.id_header}" if src.id_header else f"field {src.id_field!r}"
         raise _Refused(400, f"no event id: expected it in the {where}")
-    if isinstance(event_id, int):
+    if isinstance(event_id, int) and not isinstance(event_id, bool):
         event_id = str(event_id)
     if not isinstance(event_id, str):
-        raise _Refused(400, "the event id must be a string")
+        raise _Refused(400, f"the event id must be a string or an integer, not {json_kind(event_id)}")
     if src.type_header:
         etype = headers.get(src.type_header)
     elif src.type_field:

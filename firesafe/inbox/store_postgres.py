@@ -12,19 +12,20 @@ class InboxPostgres:
     _read: Any
     _now: Any
 
-    def inbox_event_store(self, source: str, event_id: str, type: str, data: str, fingerprint: str,
-                          handled: bool) -> tuple[bool, dict[str, Any]]:
-        """Store an event once per (source, event id); returns (created, the stored row)."""
+    def inbox_event_store(self, source: str, event_id: str, type: str, data: str,
+                          fingerprint: str) -> tuple[bool, dict[str, Any]]:
+        """Store an event once per (source, event id), not yet handled; returns (created, the stored row)."""
         key = {"source": source, "event_id": event_id}
         with self._conn() as c, c.transaction():
             created = c.execute(self.q["inbox_event_insert"], {**key, "type": type, "data": data,
-                                                               "fingerprint": fingerprint, "now": self._now(),
-                                                               "handled": int(handled)}).rowcount == 1
+                                                               "fingerprint": fingerprint,
+                                                               "now": self._now()}).rowcount == 1
             row = c.execute(self.q["inbox_event_get"], key).fetchone()
         return created, dict(row)
 
     def inbox_event_store_many(self, source: str, items: list[dict[str, Any]]) -> dict[str, tuple[bool, dict]]:
-        """Store a batch of one source's events in one transaction; ``{event_id: (created, row)}``."""
+        """Store a batch of one source's events in one transaction, not yet handled;
+        ``{event_id: (created, row)}``."""
         with self._conn() as c, c.transaction():
             created = {r["event_id"] for r in c.execute(self.q["inbox_event_insert_many"], {
                 "source": source, "now": self._now(), "items": json.dumps(items)}).fetchall()}
@@ -36,6 +37,10 @@ class InboxPostgres:
         with self._conn() as c:
             return c.execute(self.q["inbox_event_mark_handled"],
                              {"source": source, "event_id": event_id}).rowcount == 1
+
+    def inbox_event_mark_handled_many(self, source: str, event_ids: list[str]) -> int:
+        with self._conn() as c:
+            return c.execute(self.q["inbox_event_mark_handled_many"], {"source": source, "ids": event_ids}).rowcount
 
     def inbox_event_list(self, source: str | None, unhandled: bool, limit: int, offset: int = 0) -> list[dict]:
         return [dict(r) for r in self._read("inbox_event_list", {"source": source, "unhandled": int(unhandled),

@@ -13,28 +13,28 @@ Q = queries.load("sqlite")
 class InboxSQLite:
     _tx: Any
     _read: Any
+    _group_write: Any
     now: Any
 
-    def inbox_event_store(self, source: str, event_id: str, type: str, data: str, fingerprint: str,
-                          handled: bool) -> tuple[bool, dict[str, Any]]:
-        """Store an event once per (source, event id); returns (created, the stored row)."""
+    def inbox_event_store(self, source: str, event_id: str, type: str, data: str,
+                          fingerprint: str) -> tuple[bool, dict[str, Any]]:
+        """Store an event once per (source, event id), not yet handled; returns (created, the stored row)."""
         key = {"source": source, "event_id": event_id}
         with self._tx() as c:
             created = c.execute(Q["inbox_event_insert"], {**key, "type": type, "data": data,
-                                                          "fingerprint": fingerprint, "now": self.now(),
-                                                          "handled": int(handled)}).rowcount == 1
+                                                          "fingerprint": fingerprint, "now": self.now()}).rowcount == 1
             row = dict(c.execute(Q["inbox_event_get"], key).fetchone())
         row["handled"] = bool(row["handled"])
         return created, row
 
     def inbox_event_store_many(self, source: str, items: list[dict[str, Any]]) -> dict[str, tuple[bool, dict]]:
-        """Store a batch of one source's events in one transaction; ``{event_id: (created, row)}``."""
+        """Store a batch of one source's events in one transaction, not yet handled;
+        ``{event_id: (created, row)}``."""
         now = self.now()
         with self._tx() as c:
             created = set()
             for it in items:  # one row each: rowcount tells which were new
-                if c.execute(Q["inbox_event_insert"], {"source": source, "now": now, **it,
-                                                       "handled": int(it["handled"])}).rowcount == 1:
+                if c.execute(Q["inbox_event_insert"], {"source": source, "now": now, **it}).rowcount == 1:
                     created.add(it["event_id"])
             rows = c.execute(Q["inbox_event_by_ids"], {"source": source,
                                                        "ids": json.dumps([i["event_id"] for i in items])})
@@ -46,8 +46,13 @@ class InboxSQLite:
         return out
 
     def inbox_event_mark_handled(self, source: str, event_id: str) -> bool:
+        """Note that the event's job is enqueued (committed with other threads' writes: one fsync)."""
+        return self._group_write("inbox_event_mark_handled", {"source": source, "event_id": event_id}) == 1
+
+    def inbox_event_mark_handled_many(self, source: str, event_ids: list[str]) -> int:
         with self._tx() as c:
-            return c.execute(Q["inbox_event_mark_handled"], {"source": source, "event_id": event_id}).rowcount == 1
+            return c.execute(Q["inbox_event_mark_handled_many"],
+                             {"source": source, "ids": json.dumps(event_ids)}).rowcount
 
     def inbox_event_list(self, source: str | None, unhandled: bool, limit: int, offset: int = 0) -> list[dict]:
         rows = self._read("inbox_event_list", {"source": source, "unhandled": int(unhandled), "limit": limit,

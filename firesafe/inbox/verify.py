@@ -16,6 +16,11 @@ class Unverified(Exception):
     """The request did not prove where it came from."""
 
 
+def _bytes(text: str) -> bytes:
+    """A header value as bytes to compare (``hmac.compare_digest`` takes str of ASCII only)."""
+    return text.encode("utf-8", "replace")
+
+
 def _get(headers: Mapping[str, str], name: str) -> str | None:
     lowered = name.lower()
     for k, v in headers.items():
@@ -49,7 +54,7 @@ class Hmac:
         if self.prefix and not given.startswith(self.prefix):
             raise Unverified(f"signature header {self.header} must start with {self.prefix!r}")
         expected = self.prefix + hmac.new(self.secret.encode(), body, hashlib.sha256).hexdigest()
-        if not hmac.compare_digest(expected.encode(), given.strip().encode()):
+        if not hmac.compare_digest(expected.encode(), _bytes(given.strip())):
             raise Unverified("the signature does not match the body")
 
 
@@ -78,15 +83,15 @@ class StripeSignature:
         for item in given.split(","):
             k, _, v = item.strip().partition("=")
             parts.setdefault(k, []).append(v)
-        try:
-            stamp = int(parts["t"][0])
-        except (KeyError, ValueError):
-            raise Unverified("the signature header has no valid t= timestamp") from None
+        t = parts.get("t", [""])[0]
+        if not (t.isascii() and t.isdigit() and len(t) <= 12):  # unix seconds, in ASCII digits
+            raise Unverified("the signature header has no valid t= timestamp")
+        stamp = int(t)
         if abs(now - stamp) > self.tolerance:
             raise Unverified(f"the signature's timestamp is {abs(now - stamp):.0f}s away from now "
                              f"(tolerance {self.tolerance:.0f}s)")
         expected = hmac.new(self.secret.encode(), f"{stamp}.".encode() + body, hashlib.sha256).hexdigest()
-        if not any(hmac.compare_digest(expected, v) for v in parts.get("v1", [])):
+        if not any(hmac.compare_digest(expected.encode(), _bytes(v)) for v in parts.get("v1", [])):
             raise Unverified("the signature does not match the body")
 
 
@@ -102,5 +107,5 @@ class Bearer:
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> None:
         given = _get(headers, "Authorization") or ""
         scheme, _, value = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), self.token.encode()):
+        if scheme.lower() != "bearer" or not hmac.compare_digest(_bytes(value.strip()), self.token.encode()):
             raise Unverified("missing or wrong bearer token")

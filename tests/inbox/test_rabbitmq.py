@@ -106,3 +106,91 @@ def test_many_messages_with_the_consumer_killed_twice_lose_nothing_and_apply_not
     assert len(app.inbox.list(limit=n + 10)) == n
     print(f"{n} messages, consumer killed twice: {time.monotonic() - t0:.1f}s")
     app.close()
+
+
+def publish_with(queue: str, messages: list[tuple[dict, bytes]]) -> None:
+    """Publish each body with exactly these properties (no type unless given)."""
+    conn, ch = _channel()
+    ch.queue_declare(queue=queue, durable=True)
+    for props, body in messages:
+        ch.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2, **props))
+    conn.close()
+
+
+def waiting(queue: str) -> int:
+    conn, ch = _channel()
+    count = ch.queue_declare(queue=queue, durable=True, passive=True).method.message_count
+    conn.close()
+    return count
+
+
+def test_poison_messages_are_kept_as_rejects_and_do_not_block_the_queue(store_url: str, queue: str) -> None:
+    good = {"message_id": None, "type": "order.paid"}
+    publish_with(queue, [
+        ({**good, "message_id": "m-1"}, json.dumps({"order": 1}).encode()),
+        ({}, b'{"id": "bad", "type": "a\\u0000b"}'),  # NUL in the type: PostgreSQL text cannot hold it
+        ({"message_id": "deep"}, b"[" * 100_000 + b"]" * 100_000),
+        ({"message_id": "big"}, b'{"n": ' + b"9" * 5000 + b"}"),
+        ({}, b'{"id": true, "type": "order.paid"}'),
+        ({}, b'{"id": "m-list", "type": ["order.paid"]}'),
+        ({**good, "message_id": "m-2"}, json.dumps({"order": 2}).encode()),
+    ])
+    assert run_consumer(store_url, queue) == 0
+    assert waiting(queue) == 0  # every message acknowledged
+    from tests.inbox.rabbit_app import build
+
+    app = build(store_url)
+    reasons = [r["reason"] for r in reversed(app.store.inbox_reject_list(None, 10))]
+    assert len(reasons) == 5, reasons
+    assert "event type" in reasons[0] and "a\\x00b" in reasons[0]
+    assert "nests too deeply" in reasons[1] and "4300 digits" in reasons[2]
+    assert "id must be a string or an integer, not true" in reasons[3]
+    assert "type must be a string or an integer, not a list" in reasons[4]
+    assert sorted(e["event_id"] for e in app.inbox.list()) == ["m-1", "m-2"]
+    app.work(burst=True)
+    assert app.get("orders:m-1").result == {"order": 1} and app.get("orders:m-2").result == {"order": 2}
+    app.close()
+
+
+def test_a_queue_name_that_is_no_source_name_stops_the_consumer_before_it_takes_a_message(
+        store_url: str, tmp_path: Path) -> None:
+    queue = f"fs test {uuid.uuid4().hex[:8]}"  # a valid queue name, not a valid source name
+    (tmp_path / "qapp.py").write_text(f"from tests.inbox.rabbit_app import build\napp = build({store_url!r})\n")
+    try:
+        publish(queue, [("m-1", json.dumps({"order": 1}).encode())])
+        env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+        proc = subprocess.run([sys.executable, "-m", "firesafe", "consume", "qapp:app", "--from", AMQP,
+                               "--queue", queue, "--idle-exit", "1"], cwd=ROOT, env=env, timeout=120,
+                              capture_output=True, text=True)
+        assert proc.returncode == 1, proc.stderr
+        assert "is not a valid event source name" in proc.stderr and "--source" in proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert waiting(queue) == 1  # nothing taken, nothing rejected
+        from tests.inbox.rabbit_app import build
+
+        app = build(store_url)
+        app.store.migrate()
+        assert app.store.inbox_reject_list(None, 10) == [] and app.inbox.list() == []
+        app.close()
+    finally:
+        delete_queue(queue)
+
+
+def test_a_message_redelivered_after_its_job_was_pruned_runs_nothing(store_url: str, queue: str) -> None:
+    from firesafe import Retention
+    from tests.inbox.rabbit_app import build
+
+    message = [("m-1", json.dumps({"order": 1}).encode()), ("m-2", json.dumps({"order": 2}).encode())]
+    publish(queue, message)
+    assert run_consumer(store_url, queue) == 0
+    app = build(store_url)
+    assert app.work(burst=True).succeeded == 2
+    app.retention = Retention(succeeded=0.0)
+    assert app.prune()["succeeded"] == 2
+    publish(queue, [*message, ("m-3", json.dumps({"order": 3}).encode())])  # the broker delivers them again
+    assert run_consumer(store_url, queue) == 0
+    assert app.work(burst=True).succeeded == 1  # only m-3
+    assert [j.key for j in app.jobs_list()] == ["orders:m-3"]
+    assert sorted((e["event_id"], e["handled"]) for e in app.inbox.list()) == [
+        ("m-1", True), ("m-2", True), ("m-3", True)]
+    app.close()

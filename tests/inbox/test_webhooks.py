@@ -15,7 +15,7 @@ import httpx
 import pytest
 import uvicorn
 
-from firesafe import App, State
+from firesafe import App, Retention, State
 from firesafe.inbox import Bearer, Hmac, StripeSignature
 from firesafe.inbox.http import create_app
 
@@ -126,6 +126,67 @@ def test_refused_requests_store_nothing(served, case: str, status: int) -> None:
     assert r.status_code == status, r.text
     assert "error" in r.json()
     assert app.inbox.list() == []
+    from firesafe.store.base import JobFilter
+
+    assert app.store.job_count(JobFilter()) == 0
+
+
+def stripe_post(base: str, body: bytes, signature: bytes | None = None) -> httpx.Response:
+    t = int(time.time())
+    mac = hmac.new(SECRET.encode(), f"{t}.".encode() + body, hashlib.sha256).hexdigest()
+    return httpx.post(f"{base}/events/stripe", content=body, timeout=10,
+                      headers={"Stripe-Signature": signature or f"t={t},v1={mac}".encode()})
+
+
+@pytest.mark.parametrize(
+    "case, status",
+    [("NUL in the type", 400), ("control character in the type", 400), ("100,000 levels deep", 400),
+     ("integer of 5,000 digits", 400), ("boolean id", 400), ("float id", 400),
+     ("non-ASCII v1 signature", 401), ("t of 400 digits", 401), ("non-ASCII t", 401)],
+)
+def test_unreadable_bodies_and_signatures_are_refused_with_4xx_and_store_nothing(
+        served, case: str, status: int) -> None:
+    app, base, _ = served
+    t = int(time.time())
+    if case == "NUL in the type":  # PostgreSQL text cannot hold NUL: refused on both stores alike
+        r = stripe_post(base, b'{"id": "bad", "type": "a\\u0000b"}')
+    elif case == "control character in the type":
+        r = stripe_post(base, b'{"id": "bad", "type": "a\\u0007b"}')
+    elif case == "100,000 levels deep":
+        r = github_post(base, b"[" * 100_000 + b"]" * 100_000)
+    elif case == "integer of 5,000 digits":
+        r = github_post(base, b'{"n": ' + b"9" * 5000 + b"}")
+    elif case == "boolean id":
+        r = stripe_post(base, b'{"id": true, "type": "charge.refunded"}')
+    elif case == "float id":
+        r = stripe_post(base, b'{"id": 1.5, "type": "charge.refunded"}')
+    elif case == "non-ASCII v1 signature":
+        r = stripe_post(base, b'{"id": "e1", "type": "x"}', f"t={t},v1=".encode() + "\u00e9".encode())
+    elif case == "t of 400 digits":
+        r = stripe_post(base, b'{"id": "e1", "type": "x"}', b"t=" + b"9" * 400 + b",v1=00")
+    else:
+        r = stripe_post(base, b'{"id": "e1", "type": "x"}', "t=\u0661\u0662,v1=00".encode())
+    assert r.status_code == status, r.text
+    assert "error" in r.json()
+    assert app.inbox.list() == []
+    from firesafe.store.base import JobFilter
+
+    assert app.store.job_count(JobFilter()) == 0
+
+
+def test_a_redelivery_after_the_job_was_pruned_is_acknowledged_and_runs_nothing(served) -> None:
+    app, base, handled = served
+    body = json.dumps({"ref": "refs/heads/main"}).encode()
+    first = github_post(base, body, "d-5")
+    assert first.status_code == 200 and first.json()["created"]
+    app.work(burst=True)
+    app.retention = Retention(succeeded=0.0)
+    assert app.prune()["succeeded"] == 1
+    again = github_post(base, body, "d-5")
+    assert again.status_code == 200, again.text
+    assert again.json() == {"stored": True, "event_id": "d-5", "type": "push", "job": None, "created": False}
+    app.work(burst=True)
+    assert handled == ["d-5"]
     from firesafe.store.base import JobFilter
 
     assert app.store.job_count(JobFilter()) == 0

@@ -1,10 +1,10 @@
 -- The event inbox (events arrive at least once; the (source, event id) key makes them count once).
 
 -- name: inbox_event_insert
--- Store an event unless its (source, event id) is stored already.
+-- Store an event unless its (source, event id) is stored already; not handled until its job is enqueued.
 INSERT INTO {schema}.firesafe_inbox_events (source, event_id, type, data, fingerprint, received_at, handled)
 VALUES (%(source)s, %(event_id)s, %(type)s, %(data)s, %(fingerprint)s,
-        coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8), %(handled)s::int::boolean)
+        coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8), false)
 ON CONFLICT (source, event_id) DO NOTHING;
 
 -- name: inbox_event_get
@@ -16,6 +16,11 @@ WHERE source = %(source)s AND event_id = %(event_id)s;
 -- Note that an event's handler job was enqueued.
 UPDATE {schema}.firesafe_inbox_events SET handled = true
 WHERE source = %(source)s AND event_id = %(event_id)s AND NOT handled;
+
+-- name: inbox_event_mark_handled_many
+-- Note that the handler jobs of some events of one source (ids in a list) were enqueued.
+UPDATE {schema}.firesafe_inbox_events SET handled = true
+WHERE source = %(source)s AND event_id = ANY(%(ids)s::text[]) AND NOT handled;
 
 -- name: inbox_event_list
 -- Stored events, newest first, optionally only those no handler took.
@@ -35,12 +40,13 @@ SELECT id, source, reason, body, received_at FROM {schema}.firesafe_inbox_reject
 WHERE (%(source)s::text IS NULL OR source = %(source)s::text) ORDER BY id DESC LIMIT %(limit)s;
 
 -- name: inbox_event_insert_many
--- Store a batch of events of one source, each unless already stored; returns the ids it stored.
+-- Store a batch of events of one source, each unless already stored (not handled until its job is
+-- enqueued); returns the ids it stored.
 -- PostgreSQL differs: one statement over a JSON array instead of executemany.
 INSERT INTO {schema}.firesafe_inbox_events (source, event_id, type, data, fingerprint, received_at, handled)
 SELECT %(source)s, e.event_id, e.type, e.data, e.fingerprint,
-       coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8), e.handled
-FROM jsonb_to_recordset(%(items)s::jsonb) AS e(event_id text, type text, data text, fingerprint text, handled boolean)
+       coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8), false
+FROM jsonb_to_recordset(%(items)s::jsonb) AS e(event_id text, type text, data text, fingerprint text)
 ON CONFLICT (source, event_id) DO NOTHING
 RETURNING event_id;
 

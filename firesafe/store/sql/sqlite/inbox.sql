@@ -1,9 +1,9 @@
 -- The event inbox (events arrive at least once; the (source, event id) key makes them count once).
 
 -- name: inbox_event_insert
--- Store an event unless its (source, event id) is stored already.
+-- Store an event unless its (source, event id) is stored already; not handled until its job is enqueued.
 INSERT INTO firesafe_inbox_events (source, event_id, type, data, fingerprint, received_at, handled)
-VALUES (:source, :event_id, :type, :data, :fingerprint, :now, :handled)
+VALUES (:source, :event_id, :type, :data, :fingerprint, :now, 0)
 ON CONFLICT (source, event_id) DO NOTHING;
 
 -- name: inbox_event_get
@@ -14,6 +14,11 @@ WHERE source = :source AND event_id = :event_id;
 -- name: inbox_event_mark_handled
 -- Note that an event's handler job was enqueued.
 UPDATE firesafe_inbox_events SET handled = 1 WHERE source = :source AND event_id = :event_id AND handled = 0;
+
+-- name: inbox_event_mark_handled_many
+-- Note that the handler jobs of some events of one source (ids in a JSON list) were enqueued.
+UPDATE firesafe_inbox_events SET handled = 1
+WHERE source = :source AND event_id IN (SELECT value FROM json_each(:ids)) AND handled = 0;
 
 -- name: inbox_event_list
 -- Stored events, newest first, optionally only those no handler took.
