@@ -14,6 +14,7 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import smtplib
 import socket
 import ssl
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from email.message import EmailMessage
 from email.utils import formataddr, make_msgid
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from firesafe.alerts.render import subject, to_slack, to_text
 from firesafe.errors import ConfigError
@@ -114,17 +115,31 @@ def verify_signature(secret: str | bytes, timestamp: str, body: bytes, signature
     return age <= tolerance and hmac.compare_digest(sign(secret, timestamp, body), signature or "")
 
 
-def address_problem(ip: str) -> str | None:
-    """Why an address may not be called without ``allow_private`` (None: it is public).
+#: NAT64's well-known prefix (RFC 6052): the last 32 bits are the IPv4 address a translator calls.
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+#: NAT64's local-use prefix (RFC 8215): where the IPv4 address sits depends on the operator.
+NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+#: IPv4-compatible IPv6 addresses (``::a.b.c.d``, deprecated).
+IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+_HOST_LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 
-    >>> [address_problem(a) for a in ("127.0.0.1", "10.1.2.3", "169.254.169.254", "::1", "93.184.216.34")]
-    ['loopback', 'private', 'link-local', 'loopback', None]
-    >>> address_problem("::ffff:192.168.0.1")
-    'private'
+
+def embedded_ipv4(addr: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address reaches through mapping, NAT64, 6to4 or the old
+    IPv4-compatible form (None if it embeds none).
+
+    >>> [str(embedded_ipv4(ipaddress.IPv6Address(a))) for a in ("64:ff9b::a9fe:a9fe", "::ffff:10.0.0.1",
+    ...                                                          "2002:7f00:1::", "::7f00:1", "2001:db8::1")]
+    ['169.254.169.254', '10.0.0.1', '127.0.0.1', '127.0.0.1', 'None']
     """
-    addr = ipaddress.ip_address(ip.split("%", 1)[0])
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
+    if addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    if addr in NAT64 or (addr in IPV4_COMPATIBLE and int(addr) > 1):  # not :: nor ::1
+        return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+    return addr.sixtofour
+
+
+def _problem(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
     if addr.is_loopback:
         return "loopback"
     if addr.is_link_local:
@@ -140,21 +155,117 @@ def address_problem(ip: str) -> str | None:
     return None
 
 
-def _check_http_url(url: str, owner: str) -> tuple[str, str, int]:
+def address_problem(ip: str) -> str | None:
+    """Why an address may not be called without ``allow_private`` (None: it is public). An IPv6
+    address that embeds an IPv4 address (mapped, NAT64, 6to4) is judged by that address too.
+
+    >>> [address_problem(a) for a in ("127.0.0.1", "10.1.2.3", "169.254.169.254", "::1", "93.184.216.34")]
+    ['loopback', 'private', 'link-local', 'loopback', None]
+    >>> [address_problem(a) for a in ("::ffff:192.168.0.1", "64:ff9b::a9fe:a9fe", "64:ff9b::808:808")]
+    ['private', 'link-local', None]
+    """
+    addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    if isinstance(addr, ipaddress.IPv6Address):
+        if addr in NAT64_LOCAL:
+            return "reserved"
+        inner = embedded_ipv4(addr)
+        if inner is not None:
+            problem = _problem(inner)
+            if problem or addr.ipv4_mapped is not None or addr in IPV4_COMPATIBLE:
+                return problem  # those two are only other spellings of the IPv4 address
+    return _problem(addr)
+
+
+def literal_address(host: str) -> str | None:
+    """The address a host names by itself, as the resolver reads it (None for a name): IPv6 in
+    brackets or not, and IPv4 in every form ``inet_aton`` takes (``127.1``, ``2130706433``,
+    ``0x7f000001``, ``0``), so that no private address passes for a name.
+
+    >>> [literal_address(h) for h in ("127.1", "2130706433", "0x7f000001", "0", "[::1]", "example.com")]
+    ['127.0.0.1', '127.0.0.1', '127.0.0.1', '0.0.0.0', '::1', None]
+    """
+    h = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        return str(ipaddress.ip_address(h))
+    except ValueError:
+        pass
+    if not h or any(c not in "0123456789abcdefxABCDEFX." for c in h):
+        return None
+    try:
+        return socket.inet_ntoa(socket.inet_aton(h))
+    except OSError:
+        return None
+
+
+def check_host(host: str | None, owner: str) -> str:
+    """A URL's host, checked: an IP address, or a DNS name (IDNA-encoded), never whitespace,
+    percent signs or empty labels. Returns the host to connect to and to send as ``Host``.
+
+    >>> check_host("Example.com", "Webhook"), check_host("bücher.example", "Webhook")
+    ('example.com', 'xn--bcher-kva.example')
+    >>> check_host("exa mple.com", "Webhook")
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.ConfigError: Webhook: 'exa mple.com' is not a valid host name
+    """
+    if not host:
+        raise ConfigError(f"{owner}: the URL has no host")
+    if literal_address(host) is not None:
+        return host
+    try:
+        ascii_host = host.encode("idna").decode("ascii").lower()
+    except (UnicodeError, ValueError):
+        raise ConfigError(f"{owner}: {host!r} is not a valid host name") from None
+    name = ascii_host[:-1] if ascii_host.endswith(".") else ascii_host
+    if len(name) > 253 or not all(_HOST_LABEL.match(label) for label in name.split(".")):
+        raise ConfigError(f"{owner}: {host!r} is not a valid host name")
+    return ascii_host
+
+
+def split_url(url: str, schemes: tuple[str, ...], owner: str, example: str) -> tuple[Any, int | None]:
+    """``urlsplit`` and the port, or a :class:`ConfigError` that says what is wrong (never a bare
+    ValueError). Whitespace and control characters are refused anywhere in the URL; so is port 0.
+
+    >>> split_url("http://[::1", ("http",), "Webhook", "http://host/path")
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.ConfigError: Webhook: invalid URL 'http://[::1' (Invalid IPv6 URL); use http://host/path
+    """
     if not isinstance(url, str):
         raise ConfigError(f"{owner}: the URL must be a string")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        raise ConfigError(f"{owner}: {parts.scheme or 'no'} scheme in the URL; use https:// (or http://)")
-    if not parts.hostname:
-        raise ConfigError(f"{owner}: the URL has no host")
+    if any(c.isspace() or not c.isprintable() for c in url):
+        raise ConfigError(f"{owner}: the URL contains whitespace or control characters; use {example}")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"{owner}: invalid URL {_shown(url)} ({exc}); use {example}") from None
+    if parts.scheme not in schemes:
+        raise ConfigError(f"{owner}: {parts.scheme or 'no'} scheme in the URL; use {example}")
+    if port == 0:
+        raise ConfigError(f"{owner}: port 0 in the URL; give the port the server listens on")
+    return parts, port
+
+
+def _a(word: str) -> str:
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
+
+
+def _shown(url: str) -> str:
+    """A URL for an error message, its credentials masked."""
+    head, sep, tail = url.partition("://")
+    authority = tail.split("/", 1)[0]
+    if sep and "@" in authority:
+        tail = "***@" + tail.split("@", 1)[1]
+    return repr(head + sep + tail)
+
+
+def _check_http_url(url: str, owner: str) -> tuple[str, str, int]:
+    parts, port = split_url(url, ("http", "https"), owner, "https:// (or http://)")
     if parts.username or parts.password:
         raise ConfigError(f"{owner}: put no credentials in the URL (the webhook is authenticated by its signature)")
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError as exc:
-        raise ConfigError(f"{owner}: invalid port in the URL ({exc})") from None
-    return parts.scheme, parts.hostname, port
+    host = check_host(parts.hostname, owner)
+    return parts.scheme, host, port or (443 if parts.scheme == "https" else 80)
 
 
 class HTTPSink(Sink):
@@ -168,13 +279,12 @@ class HTTPSink(Sink):
         self._client: Any = None
         self._client_pid = 0
         self._client_lock = threading.Lock()
-        if not self.allow_private:
-            try:
-                problem = address_problem(self.host.strip("[]"))
-            except ValueError:  # a host name: checked when it is resolved, at each delivery
-                problem = None
+        literal = literal_address(self.host)  # None for a name: checked where it resolves, at each delivery
+        if not self.allow_private and literal is not None:
+            problem = address_problem(literal)
             if problem:
-                raise ConfigError(f"{type(self).__name__}: {self.host} is a {problem} address; alerts go only to "
+                shown = self.host if literal == self.host else f"{self.host} ({literal})"
+                raise ConfigError(f"{type(self).__name__}: {shown} is {_a(problem)} address; alerts go only to "
                                   "public addresses unless you pass allow_private=True")
         super().__init__(name, timeout=timeout)
 
@@ -194,50 +304,72 @@ class HTTPSink(Sink):
             for a in addrs:
                 problem = address_problem(a)
                 if problem:
-                    raise DeliveryError(f"refused: {self.host} resolves to {a}, a {problem} address "
+                    raise DeliveryError(f"refused: {self.host} resolves to {a}, {_a(problem)} address "
                                         "(pass allow_private=True to allow it)")
         return addrs[0]
 
     def post(self, body: bytes, headers: Mapping[str, str]) -> int:
-        """POST ``body`` to the URL, connected to the checked address; returns the status code."""
-        import httpx
+        """POST ``body`` to the URL, connected to the checked address; returns the status code.
 
+        The whole request (resolving, connecting, sending, reading the answer) ends within
+        ``timeout`` seconds, or it fails as timed out, however slowly the receiver answers.
+        """
+        from firesafe.alerts import transport
+
+        started = time.monotonic()
         ip = self._resolve()
+        left = self.timeout - (time.monotonic() - started)
+        if left <= 0:
+            raise DeliveryError(f"timed out after {self.timeout:g}s (resolving {self.host})")
+        import httpcore
+
         parts = urlsplit(self.url)
-        literal = f"[{ip}]" if ":" in ip else ip
-        target = urlunsplit((parts.scheme, f"{literal}:{self.port}", parts.path or "/", parts.query, ""))
+        target = quote(parts.path or "/", safe=_URL_SAFE) + (f"?{quote(parts.query, safe=_URL_SAFE + '?')}"
+                                                            if parts.query else "")
+        url = httpcore.URL(scheme=self.scheme, host=ip, port=self.port, target=target)
         default_port = 443 if self.scheme == "https" else 80
-        host_header = self.host if self.port == default_port else f"{self.host}:{self.port}"
-        if ":" in self.host and not self.host.startswith("["):
-            host_header = f"[{self.host}]" if self.port == default_port else f"[{self.host}]:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        host_header = host if self.port == default_port else f"{host}:{self.port}"
         extensions = {"sni_hostname": self.host} if self.scheme == "https" else {}
         try:
-            response = self._http().post(target, content=body, extensions=extensions,
-                                         headers={**headers, "Host": host_header, "User-Agent": _user_agent()})
-        except httpx.TimeoutException as exc:
+            answer = transport.post(self._http(), url, body, {**headers, "Host": host_header,
+                                                               "User-Agent": _user_agent()}, left, extensions)
+        except transport.TIMEOUTS as exc:
             raise DeliveryError(f"timed out after {self.timeout:g}s ({type(exc).__name__})") from None
-        except httpx.HTTPError as exc:
+        except transport.FAILURES as exc:
             raise DeliveryError(f"{type(exc).__name__}: {exc}") from None
-        if 300 <= response.status_code < 400:
-            raise DeliveryError(f"HTTP {response.status_code}: redirect to "
-                                f"{response.headers.get('location', '?')!r} not followed")
-        if not 200 <= response.status_code < 300:
-            raise DeliveryError(f"HTTP {response.status_code}: {response.text[:200]}")
-        return response.status_code
-
+        if 300 <= answer.status < 400:
+            raise DeliveryError(f"HTTP {answer.status}: redirect to {answer.headers.get('location', '?')!r} "
+                                "not followed")
+        if not 200 <= answer.status < 300:
+            raise DeliveryError(f"HTTP {answer.status}: {answer.body[:200].decode('utf-8', 'replace')}")
+        return answer.status
 
     def _http(self) -> Any:
-        """This process's client of the sink, made once: a client costs ~20 ms of CPU to build (its
-        TLS context), which retries against a sink that is down must not spend each time."""
-        import httpx
+        """This process's connection pool of the sink, made once: its TLS context costs ~20 ms of
+        CPU to build, which retries against a sink that is down must not spend each time."""
+        from firesafe.alerts import transport
 
         with self._client_lock:
             if self._client is None or self._client_pid != os.getpid():
-                # trust_env=False: no proxy from the environment, which would bypass the address check.
-                self._client = httpx.Client(timeout=self.timeout, follow_redirects=False, trust_env=False,
-                                            limits=httpx.Limits(max_connections=4, max_keepalive_connections=1))
+                # No proxy from the environment (it would bypass the address check), no redirects.
+                self._client = transport.pool(_ssl_context())
                 self._client_pid = os.getpid()
             return self._client
+
+
+#: Characters left as they are in a URL's path and query (the rest is percent-encoded).
+_URL_SAFE = "/%:@!$&'()*+,;=-._~"
+
+
+def _ssl_context() -> ssl.SSLContext:
+    """The TLS context httpx would use (certifi's roots), without settings from the environment."""
+    try:
+        import httpx
+
+        return httpx.create_ssl_context(verify=True, trust_env=False)
+    except (ImportError, AttributeError, TypeError):  # pragma: no cover - another httpx
+        return ssl.create_default_context()
 
 
 def _user_agent() -> str:
@@ -309,15 +441,13 @@ class Email(Sink):
 
     def __init__(self, smtp: str = "smtp://localhost:25", to: Sequence[str] | str = (), *,
                  sender: str | None = None, name: str | None = None, timeout: float = 10.0) -> None:
-        parts = urlsplit(smtp)
-        if parts.scheme not in ("smtp", "smtps") or not parts.hostname:
-            raise ConfigError(f"Email: smtp must look like smtp://host:port or smtps://host:port, not {smtp!r}")
-        try:
-            self.port = parts.port or (465 if parts.scheme == "smtps" else 25)
-        except ValueError as exc:
-            raise ConfigError(f"Email: invalid port in {smtp!r} ({exc})") from None
+        example = "smtp://host:port or smtps://host:port"
+        parts, port = split_url(smtp, ("smtp", "smtps"), "Email", example)
+        if not parts.hostname:
+            raise ConfigError(f"Email: smtp must look like {example}, not {_shown(smtp)}")
+        self.port = port or (465 if parts.scheme == "smtps" else 25)
         self.tls = parts.scheme == "smtps"
-        self.host = parts.hostname
+        self.host = check_host(parts.hostname, "Email")
         options = dict(parse_qsl(parts.query))
         self.starttls = options.get("starttls", "").lower() in ("1", "true", "yes")
         self.username = unquote(parts.username) if parts.username else None

@@ -1,8 +1,9 @@
 """The dashboard's guards, as pure functions: tokens, loopback binds, CSRF tokens and origins.
 
-The rules they keep: a non-loopback bind needs a token; without a token only loopback ``Host``
-names are served (no DNS rebinding); a state-changing request needs a CSRF token bound to the
-browser's cookie, and a same-origin ``Origin`` when the browser sends one.
+The rules they keep: a non-loopback bind needs a token, and so does a non-loopback public URL;
+without a token only loopback ``Host`` names are served (no DNS rebinding); a state-changing
+request needs a CSRF token bound to the browser's cookie, and a same-origin ``Origin`` when the
+browser sends one (the public URL's origin, when the operator states one).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import hmac
 import ipaddress
 import re
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from firesafe.errors import ConfigError
 
@@ -141,7 +143,7 @@ def csrf_valid(key: bytes, session: str | None, given: str | None) -> bool:
     return hmac.compare_digest(csrf_token(key, session), given)
 
 
-def same_origin(origin: str | None, scheme: str, host_header: str) -> bool:
+def same_origin(origin: str | None, scheme: str, host_header: str, public: str | None = None) -> bool:
     """Whether a request's ``Origin`` (when the browser sent one) is the dashboard's own.
 
     >>> same_origin("http://127.0.0.1:8642", "http", "127.0.0.1:8642")
@@ -150,10 +152,110 @@ def same_origin(origin: str | None, scheme: str, host_header: str) -> bool:
     False
     >>> same_origin(None, "http", "127.0.0.1:8642"), same_origin("null", "http", "127.0.0.1:8642")
     (True, False)
+
+    With ``public`` (see :func:`public_origin`), that origin is the dashboard's, whatever ``Host`` a
+    reverse proxy passes on; the address it listens on stays its own only under a loopback name
+    (an SSH tunnel, say):
+
+    >>> p = "https://ops.example.com"
+    >>> same_origin(p, "http", "127.0.0.1:8642", p), same_origin(p, "http", "ops.example.com", p)
+    (True, True)
+    >>> same_origin("http://ops.example.com", "http", "ops.example.com", p)
+    False
+    >>> same_origin("http://localhost:8642", "http", "localhost:8642", p)
+    True
     """
     if origin is None:
         return True
-    return origin.strip().lower() == f"{scheme}://{host_header.strip().lower()}"
+    given = origin.strip().lower()
+    if public is not None:
+        if given == public:
+            return True
+        if not is_loopback(host_name(host_header)):
+            return False
+    return given == f"{scheme}://{host_header.strip().lower()}"
+
+
+def public_origin(url: str) -> str:
+    """The origin browsers send from a dashboard published at ``url`` (by a reverse proxy, say):
+    its scheme, host and port, in lower case, without the scheme's default port. A path is allowed
+    and plays no part (origins have none).
+
+    >>> public_origin("https://Ops.Example.com/"), public_origin("https://ops.example.com:443/firesafe/")
+    ('https://ops.example.com', 'https://ops.example.com')
+    >>> public_origin("https://ops.example.com:8443"), public_origin("http://[::1]:8642")
+    ('https://ops.example.com:8443', 'http://[::1]:8642')
+    >>> public_origin("ops.example.com")
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.ConfigError: the dashboard's public URL must look like https://ops.example.com ...
+    """
+    shown = repr(url) if isinstance(url, str) else type(url).__name__
+    problem = f"the dashboard's public URL must look like https://ops.example.com (scheme, host, port), not {shown}"
+    if not isinstance(url, str) or not url.strip() or any(c.isspace() or not c.isprintable() for c in url.strip()):
+        raise ConfigError(problem)
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        raise ConfigError(problem) from None
+    if (parts.scheme.lower() not in ("http", "https") or not parts.hostname or parts.username is not None
+            or parts.query or parts.fragment or port == 0):
+        raise ConfigError(problem)
+    scheme = parts.scheme.lower()
+    try:
+        host = parts.hostname.encode("idna").decode("ascii").lower()
+    except UnicodeError:
+        raise ConfigError(problem) from None
+    if ":" in host:
+        host = f"[{host}]"
+    default = 443 if scheme == "https" else 80
+    return f"{scheme}://{host}" if port in (None, default) else f"{scheme}://{host}:{port}"
+
+
+def check_public(url: str | None, token: Token | None) -> str | None:
+    """The public origin of ``url`` (None without one); a dashboard published under any name but a
+    loopback one is reachable from elsewhere, so it needs a token.
+
+    >>> check_public("https://ops.example.com", None)
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.ConfigError: the dashboard is published at https://ops.example.com, so it needs a token: ...
+    >>> check_public("https://localhost:8443", None), check_public(None, None)
+    ('https://localhost:8443', None)
+    """
+    if url is None:
+        return None
+    origin = public_origin(url)
+    if token is None and not is_loopback(host_name(origin.split("://", 1)[1])):
+        raise ConfigError(f"the dashboard is published at {origin}, so it needs a token: anyone who reaches "
+                          "that address could replay or discard jobs. Pass --token (or set "
+                          "$FIRESAFE_DASHBOARD_TOKEN)")
+    return origin
+
+
+def parse_forwarded_allow_ips(spec: str | None) -> list[str] | None:
+    """The reverse proxies whose ``X-Forwarded-Proto`` and ``X-Forwarded-For`` are believed:
+    addresses or networks, comma-separated (None or empty: none, the default).
+
+    >>> parse_forwarded_allow_ips("127.0.0.1, 10.0.0.0/8"), parse_forwarded_allow_ips(None)
+    (['127.0.0.1', '10.0.0.0/8'], None)
+    >>> parse_forwarded_allow_ips("*")
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.ConfigError: --forwarded-allow-ips takes the addresses of your proxies ...
+    """
+    if spec is None or not spec.strip():
+        return None
+    items = [item.strip() for item in spec.split(",") if item.strip()]
+    for item in items:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ConfigError(f"--forwarded-allow-ips takes the addresses of your proxies (like 127.0.0.1 or "
+                              f"10.0.0.0/8), comma-separated, not {item!r}: whoever it trusts can claim any "
+                              "scheme and client address") from None
+    return items
 
 
 def actor_for(token: Token | None, client: str | None) -> str:

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from firesafe.dashboard.security import Token, is_loopback, parse_token
+from firesafe.dashboard.security import Token, is_loopback, parse_forwarded_allow_ips, parse_token
 from firesafe.errors import ConfigError
 
 TOKEN_ENV = "FIRESAFE_DASHBOARD_TOKEN"
@@ -39,23 +39,35 @@ def check_bind(host: str, token: Token | None) -> None:
             f"could replay or discard jobs. Pass --token (or set ${TOKEN_ENV}), or bind 127.0.0.1")
 
 
-def _config(asgi: Any, host: str, port: int, log_level: str, access_log: bool) -> Any:
+def _config(asgi: Any, host: str, port: int, log_level: str, access_log: bool,
+            forwarded_allow_ips: str | list[str] | None = None) -> Any:
+    """uvicorn's settings. Proxy headers are believed only from ``forwarded_allow_ips`` (none by
+    default): from them, ``X-Forwarded-Proto`` sets the scheme and ``X-Forwarded-For`` the client."""
     import uvicorn
 
+    trusted = parse_forwarded_allow_ips(forwarded_allow_ips if isinstance(forwarded_allow_ips, str | None)
+                                        else ",".join(forwarded_allow_ips))
     return uvicorn.Config(asgi, host=host, port=port, log_level=log_level, access_log=access_log, lifespan="off",
-                          ws="none", server_header=False, proxy_headers=False)
+                          ws="none", server_header=False, proxy_headers=trusted is not None,
+                          forwarded_allow_ips=",".join(trusted) if trusted else None)
 
 
 def serve(app: Any, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, token: str | Token | None = None,
-          log_level: str = "info", access_log: bool = True) -> None:
-    """Serve the dashboard of ``app`` until interrupted (SIGINT/SIGTERM)."""
+          log_level: str = "info", access_log: bool = True, *, public_url: str | None = None,
+          forwarded_allow_ips: str | list[str] | None = None) -> None:
+    """Serve the dashboard of ``app`` until interrupted (SIGINT/SIGTERM).
+
+    Behind a reverse proxy, give ``public_url`` (the address browsers use) and/or
+    ``forwarded_allow_ips`` (the proxies whose ``X-Forwarded-Proto``/``-For`` are believed).
+    """
     import uvicorn
 
     from firesafe.dashboard import create_app
 
     tok = token if isinstance(token, Token) or token is None else parse_token(token)
     check_bind(host, tok)
-    uvicorn.Server(_config(create_app(app, tok), host, port, log_level, access_log)).run()
+    asgi = create_app(app, tok, public_url=public_url)
+    uvicorn.Server(_config(asgi, host, port, log_level, access_log, forwarded_allow_ips)).run()
 
 
 class BackgroundServer:
@@ -64,11 +76,13 @@ class BackgroundServer:
     >>> # with BackgroundServer(create_app(app)) as server: httpx.get(server.url + "/healthz")
     """
 
-    def __init__(self, asgi: Any, host: str = DEFAULT_HOST, port: int = 0, log_level: str = "warning") -> None:
+    def __init__(self, asgi: Any, host: str = DEFAULT_HOST, port: int = 0, log_level: str = "warning",
+                 forwarded_allow_ips: str | list[str] | None = None) -> None:
         import uvicorn
 
         self.host = host
-        self.server = uvicorn.Server(_config(asgi, host, port, log_level, access_log=False))
+        self.server = uvicorn.Server(_config(asgi, host, port, log_level, access_log=False,
+                                             forwarded_allow_ips=forwarded_allow_ips))
         self.thread = threading.Thread(target=self.server.run, name="firesafe-dashboard", daemon=True)
         self.url = ""
 

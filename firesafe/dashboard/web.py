@@ -9,6 +9,9 @@ dashboard user as the actor, so each is recorded in the job's events.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import hmac
 import json
 import logging
 import math
@@ -34,6 +37,7 @@ from firesafe.dashboard.security import (
     Token,
     actor_for,
     check_credentials,
+    check_public,
     csrf_token,
     csrf_valid,
     host_name,
@@ -79,15 +83,19 @@ class Guard:
 
     In order: loopback ``Host`` when there is no token (no DNS rebinding); the token when there is
     one (401 otherwise); for POST and other unsafe methods, a same-origin request (``Sec-Fetch-Site``
-    and ``Origin``) with a form body whose ``csrf`` field matches the browser's cookie (403 otherwise,
-    and the request never reaches a handler). Every response gets the security headers.
+    and ``Origin``, which must be ``public_origin`` when the operator stated one) with a form body
+    whose ``csrf`` field matches the browser's cookie (403 otherwise, and the request never reaches
+    a handler). Every response gets the security headers; the CSRF cookie is ``Secure`` when the
+    request came over https or the public origin is https.
     """
 
-    def __init__(self, inner: Any, token: Token | None, key: bytes, public_prefixes: list[str]) -> None:
+    def __init__(self, inner: Any, token: Token | None, key: bytes, public_prefixes: list[str],
+                 public_origin: str | None = None) -> None:
         self.inner = inner
         self.token = token
         self.key = key
         self.public_prefixes = public_prefixes
+        self.public_origin = public_origin
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -134,7 +142,7 @@ class Guard:
         if site is not None and site not in ("same-origin", "none"):
             return f"cross-site request refused (Sec-Fetch-Site: {site}); nothing changed", b""
         scheme = scope.get("scheme", "http")
-        if not same_origin(headers.get("origin"), scheme, headers.get("host", "")):
+        if not same_origin(headers.get("origin"), scheme, headers.get("host", ""), self.public_origin):
             return "cross-origin request refused (Origin does not match); nothing changed", b""
         ctype = headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype != "application/x-www-form-urlencoded":
@@ -152,8 +160,9 @@ class Guard:
             return ("missing or invalid CSRF token (reload the page and try again); nothing changed", b"")
         return None, body
 
-    @staticmethod
-    def _headers(send: Send, new_session_value: str | None, scope: Scope) -> Send:
+    def _headers(self, send: Send, new_session_value: str | None, scope: Scope) -> Send:
+        secure = scope.get("scheme") == "https" or (self.public_origin or "").startswith("https://")
+
         async def wrapped(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 hdrs = list(message.get("headers", []))
@@ -163,9 +172,8 @@ class Guard:
                     hdrs.append((b"cache-control", b"no-store"))
                 if new_session_value:
                     path = (scope.get("root_path") or "") or "/"
-                    secure = "; Secure" if scope.get("scheme") == "https" else ""
                     hdrs.append((b"set-cookie", f"{COOKIE}={new_session_value}; Path={path}; HttpOnly; "
-                                                f"SameSite=Strict{secure}".encode()))
+                                                f"SameSite=Strict{'; Secure' if secure else ''}".encode()))
                 message["headers"] = hdrs
             await send(message)
 
@@ -480,7 +488,8 @@ class Dashboard:
         missed = [] if keys is None else [k for k in keys if k not in set(targets)]
         return self.render(request, "confirm.html", page="dead", action=action, scope="filter" if keys is None
                            else "keys", keys=keys or [], q=q, targets=targets, count=len(targets),
-                           sample=targets[:20], missed=missed, changed_from=changed_from)
+                           digest=keys_digest(targets), sample=targets[:20], missed=missed,
+                           changed_from=changed_from)
 
     def apply(self, request: Request) -> Response:
         form = request.state.form
@@ -489,8 +498,9 @@ class Dashboard:
             expect = int((form.get("expect") or ["-1"])[0])
         except ValueError:
             raise InvalidInput("expect must be a whole number") from None
+        digest = (form.get("digest") or [""])[0]
         dry = self._dry_run(action, keys, filters)
-        if len(dry.keys) != expect:  # the matching set changed since the preview: ask again
+        if not hmac.compare_digest(keys_digest(dry.keys), digest):  # not the jobs previewed: ask again
             return self._confirm(request, action, keys, q, dry.keys, changed_from=expect)
         actor = self.actor(request)
         act = self.app.dlq.replay if action == "replay" else self.app.dlq.discard
@@ -502,13 +512,39 @@ class Dashboard:
 
     # -- machines --------------------------------------------------------------------------------
     def healthz(self, request: Request) -> Response:
+        """200 only when the store answers and holds the schema this code needs (the pages need it)."""
         try:
-            version = self.app.store.schema_version()
-            now = self.app.store.now()
+            store = self.app.store
+            version = store.schema_version()
+            now = store.now()
+            needed = schema_needed(store.dialect)
         except FiresafeError as exc:
             return JSONResponse({"status": "unavailable", "error": str(exc)}, status_code=503)
-        return JSONResponse({"status": "ok", "store": self.app.store.dialect, "schema_version": version,
-                             "time": now})
+        body = {"store": store.dialect, "schema_version": version, "time": now}
+        if version < needed:
+            why = ("the store has no firesafe tables" if version == 0 else
+                   f"the store's schema (version {version}) is older than this firesafe needs (version {needed})")
+            return JSONResponse({"status": "unavailable", **body, "schema_needed": needed,
+                                 "error": f"{why}: run `firesafe migrate`"}, status_code=503)
+        return JSONResponse({"status": "ok", **body})
+
+
+@functools.lru_cache(maxsize=4)
+def schema_needed(dialect: str) -> int:
+    """The newest migration this code ships for a dialect: the schema version it needs."""
+    from firesafe.store import queries
+
+    return max((v for v, _ in queries.migrations(dialect)), default=0)
+
+
+def keys_digest(keys: Sequence[str]) -> str:
+    """A fingerprint of a set of job keys (order and repeats aside): what a confirmation shows is
+    what it acts on.
+
+    >>> keys_digest(["b", "a"]) == keys_digest(["a", "b", "a"]) != keys_digest(["a", "c"])
+    True
+    """
+    return hashlib.sha256(json.dumps(sorted(set(keys))).encode()).hexdigest()
 
 
 def _is_partial(request: Request) -> bool:
@@ -528,7 +564,7 @@ def _store_label(app: Any) -> str:
 
 
 def create_app(app: Any, token: str | Token | None = None, *, title: str = "firesafe", refresh: float = 5.0,
-               public_prefixes: Sequence[str] = ()) -> Starlette:
+               public_prefixes: Sequence[str] = (), public_url: str | None = None) -> Starlette:
     """The dashboard of ``app`` as a Starlette application.
 
     ``token`` (``SECRET`` or ``NAME:SECRET``) is required from every client when given; without
@@ -536,10 +572,15 @@ def create_app(app: Any, token: str | Token | None = None, *, title: str = "fire
     binds without a token). Paths under ``public_prefixes`` skip the dashboard's auth and CSRF
     checks (for endpoints with their own, such as signed webhooks); add their routes to the app.
     Every replay and discard is recorded with the dashboard user as its actor.
+
+    ``public_url`` is the address browsers use when a reverse proxy publishes the dashboard
+    (``https://ops.example.com``): actions must come from that origin, and the CSRF cookie is
+    ``Secure`` when it is https. Any host but a loopback one needs a token.
     """
     import os
 
     tok = token if isinstance(token, Token) or token is None else parse_token(token)
+    origin = check_public(public_url, tok)
     dash = Dashboard(app, tok, title=title, refresh=refresh)
     from firesafe.dashboard.metrics import metrics_endpoint
 
@@ -563,5 +604,5 @@ def create_app(app: Any, token: str | Token | None = None, *, title: str = "fire
     web.state.firesafe = dash
     web.state.public_prefixes = prefixes  # the inbox part appends "/events/" here, then adds its route
     key = os.urandom(32)
-    web.add_middleware(Guard, token=tok, key=key, public_prefixes=prefixes)
+    web.add_middleware(Guard, token=tok, key=key, public_prefixes=prefixes, public_origin=origin)
     return web

@@ -34,12 +34,17 @@ class Received:
 
 
 class Receiver:
-    """``up()`` / ``down()`` / ``hang = True``; ``got`` lists the requests answered with ``status``."""
+    """``up()`` / ``down()`` / ``hang = True``; ``got`` lists the requests answered with ``status``.
+
+    ``trickle = ("body", 0.2)`` answers 200 with its headers at once, then a 40-byte body one byte
+    every 0.2 s; ``("headers", 0.2)`` sends the whole answer, status line included, that way.
+    """
 
     def __init__(self, secret: str = "test-secret", status: int = 200) -> None:
         self.secret = secret
         self.status = status
         self.hang = False
+        self.trickle: tuple[str, float] | None = None
         self.got: list[Received] = []
         self.attempts = 0  # every request that reached the handler, answered or not
         self.lock = threading.Lock()
@@ -66,6 +71,20 @@ class Receiver:
                     receiver.attempts += 1
                 if receiver.hang:
                     receiver._release.wait(30)
+                    return
+                if receiver.trickle is not None:
+                    self.close_connection = True
+                    part, every = receiver.trickle
+                    head, body = b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n", b"x" * 40
+                    try:
+                        if part == "body":
+                            self.wfile.write(head)
+                        for byte in (head + body if part == "headers" else body):
+                            if receiver._release.wait(every):
+                                return
+                            self.wfile.write(bytes([byte]))
+                    except OSError:  # the sender gave up and closed the connection
+                        pass
                     return
                 valid = verify(receiver.secret, self.headers.get("X-Firesafe-Timestamp", "0"), body,
                                self.headers.get("X-Firesafe-Signature", ""))

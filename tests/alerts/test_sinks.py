@@ -130,6 +130,33 @@ def test_redirects_are_not_followed_and_a_hanging_receiver_times_out() -> None:
         hanging.close()
 
 
+@pytest.mark.parametrize("part", ["body", "headers"])
+def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_timeout(sqlite_url: str, part: str) -> None:
+    """The timeout bounds the whole request, not each read: 40 bytes at one per 0.2 s would take 8 s."""
+    slow = Receiver().up()
+    slow.trickle = (part, 0.2)
+    sink = Webhook(slow.url, secret="s", allow_private=True, timeout=1)
+    try:
+        started = time.monotonic()
+        with pytest.raises(DeliveryError, match=r"timed out after 1s"):
+            sink.deliver({"id": 1})
+        assert time.monotonic() - started < 2.5  # about 1 s; the whole answer would take 8 s
+        assert slow.attempts == 1
+        app = poison_app(sqlite_url, [sink])  # through the dispatcher: a failed delivery, retried later
+        try:
+            started = time.monotonic()
+            [(_, _, error)] = app.alerts.flush()
+            assert time.monotonic() - started < 3.5
+            assert "timed out after 1s" in (error or "")
+            [alert] = app.alerts.list()
+            [d] = alert.deliveries
+            assert d.state == "pending" and d.attempts == 1 and "timed out" in (d.last_error or "")
+        finally:
+            app.close()
+    finally:
+        slow.close()
+
+
 def test_bad_sink_configuration_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match="secret"):
         Webhook("https://ops.example.com/hook", secret="")
@@ -150,6 +177,55 @@ def test_bad_sink_configuration_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match="positive duration"):
         twice.alert_rules(stuck_after=0)
     assert "secret" not in repr(Webhook("https://ops.example.com/hook/t0ken", secret="secret"))
+
+
+def test_malformed_sink_urls_are_a_config_error() -> None:
+    for url, why in [("http://[::1", "invalid URL"), ("http://example.com:0/", "port 0"),
+                     ("http://exa mple.com/", "whitespace"), ("http://example.com/\nx", "control"),
+                     ("http://ex%41mple.com/", "not a valid host name"), ("http://bad..example.com/", "host name"),
+                     ("http://-bad.example.com/", "host name"), ("http://example.com:99999/", "invalid URL")]:
+        with pytest.raises(ConfigError, match=why):
+            Webhook(url, secret="s")
+        with pytest.raises(ConfigError, match=why):
+            Slack(url)
+    for smtp, why in [("smtp://[::1", "invalid URL"), ("smtp://mail.example.com:0", "port 0"),
+                      ("smtp://ma il.example.com:25", "whitespace"), ("smtp://user:hunter2@[::1", "invalid URL")]:
+        with pytest.raises(ConfigError, match=why) as caught:
+            Email(smtp=smtp, to=["a@b.c"])
+        assert "hunter2" not in str(caught.value)
+    assert Webhook("https://B\u00fccher.example/hook", secret="s").host == "xn--bcher-kva.example"
+    assert Email(smtp="smtp://[::1]:2525", to=["a@b.c"]).port == 2525
+
+
+def test_private_addresses_in_any_spelling_are_refused_when_declared() -> None:
+    """The resolver reads 127.1, 2130706433, 0x7f000001 and 0 as addresses; NAT64 (64:ff9b::/96),
+    6to4 and IPv4-compatible addresses reach the IPv4 address they embed."""
+    for url in ("http://127.1/", "http://2130706433/", "http://0x7f000001/", "http://0/", "http://017700000001/",
+                "http://10.1/", "http://[64:ff9b::a9fe:a9fe]/latest", "http://[64:ff9b::7f00:1]/",
+                "http://[2002:a9fe:a9fe::1]/", "http://[::ffff:169.254.169.254]/", "http://[::a9fe:a9fe]/"):
+        with pytest.raises(ConfigError, match="address; alerts go only to public addresses"):
+            Webhook(url, secret="s")
+        with pytest.raises(ConfigError, match="address"):
+            Slack(url)
+    for url in ("http://8.8.8.8/", "http://[64:ff9b::808:808]/", "http://134744072/"):  # public ones pass
+        Webhook(url, secret="s")
+    Webhook("http://127.1:9/", secret="s", allow_private=True)
+
+
+def test_a_name_that_resolves_to_a_nat64_private_address_is_refused_at_delivery(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = socket.getaddrinfo
+
+    def resolver(host: str, *args: Any, **kwargs: Any) -> Any:  # a DNS64 answer for the metadata service
+        if host == "metadata.example.com":
+            return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("64:ff9b::a9fe:a9fe", 80, 0, 0))]
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    sink = Webhook("http://metadata.example.com/latest", secret="s")
+    with pytest.raises(DeliveryError, match=r"refused: metadata.example.com resolves to 64:ff9b::a9fe:a9fe, "
+                                            r"a link-local address"):
+        sink.deliver({"id": 1})
 
 
 # -- email -----------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from html.parser import HTMLParser
 from typing import Any
 
 import pytest
@@ -35,6 +36,31 @@ def served(story: tuple[Any, dict[str, bool]]) -> Iterator[tuple[Any, dict[str, 
         yield app, fix, server.url
 
 
+def form_of(html: str, action: str = "/dead/apply") -> dict[str, list[str]]:
+    """The fields of the page's form that posts to ``action`` (hidden inputs included), as a
+    browser would submit them: what a confirmation page carries to the apply step."""
+    fields: dict[str, list[str]] = {}
+    inside = False
+
+    class Parser(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            nonlocal inside
+            a = dict(attrs)
+            if tag == "form":
+                inside = (a.get("action") or "").endswith(action)
+            elif tag == "input" and inside and a.get("name"):
+                fields.setdefault(a["name"] or "", []).append(a.get("value") or "")
+
+        def handle_endtag(self, tag: str) -> None:
+            nonlocal inside
+            if tag == "form":
+                inside = False
+
+    Parser().feed(html)
+    assert fields, f"no form posting to {action} in the page"
+    return fields
+
+
 def need_browser() -> None:
     if os.path.exists(CHROMIUM):
         return
@@ -44,14 +70,20 @@ def need_browser() -> None:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def playwright() -> Iterator[Any]:
+    """One Playwright per module (a second one cannot start beside it)."""
     need_browser()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+        yield p
+
+
+@pytest.fixture(scope="module")
+def browser(playwright: Any) -> Iterator[Any]:
+    b = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    yield b
+    b.close()
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from firesafe.dashboard import create_app
 from firesafe.dashboard.server import BackgroundServer
 from firesafe.states import State
 from tests.dashboard.appdef import XSS_IMG, XSS_SCRIPT, make_app, populate, worker_thread
-from tests.dashboard.conftest import TOKEN
+from tests.dashboard.conftest import CHROMIUM, CHROMIUM_ARGS, TOKEN
 from tests.dashboard.procs import dashboard, write_app
 
 
@@ -187,3 +187,99 @@ def test_screenshots_of_the_main_pages(tmp_path: Path, browser: Any) -> None:
     for path in saved:
         data = path.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000, path
+
+
+
+PUBLIC_NAME = "ops.example.com"
+
+
+@pytest.fixture(scope="module")
+def proxied_browser(playwright: Any) -> Iterator[Any]:
+    """Chromium resolving ops.example.com to 127.0.0.1, where the TLS proxy listens."""
+    b = playwright.chromium.launch(executable_path=CHROMIUM,
+                                   args=[*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {PUBLIC_NAME} 127.0.0.1"])
+    yield b
+    b.close()
+
+
+def try_replay(browser: Any, base: str) -> dict[str, Any]:
+    """An operator replays refund:r-0 from its page at ``base``: the statuses of the preview and
+    the confirmation (None if it never came to that), the result, and the cookies kept."""
+    secret = TOKEN.split(":", 1)[1]
+    context = browser.new_context(ignore_https_errors=True, http_credentials={"username": "ops", "password": secret})
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    out: dict[str, Any] = {"preview": None, "apply": None, "text": ""}
+    try:
+        response = page.goto(f"{base}/job?key={quote('refund:r-0')}")
+        assert response is not None and response.status == 200 and "dead" in page.inner_text("#job-state")
+        with page.expect_response(lambda r: r.url.endswith("/dead/preview")) as preview:
+            page.click("#replay-button")
+        out["preview"], out["text"] = preview.value.status, preview.value.text()
+        if out["preview"] == 200:
+            page.wait_for_selector("#confirm-panel")
+            with page.expect_response(lambda r: r.url.endswith("/dead/apply")) as apply:
+                page.click("#confirm-button")
+            out["apply"] = apply.value.status
+            page.wait_for_selector("#result")
+            out["text"] = page.inner_text("#result")
+        out["cookies"] = {c["name"]: c for c in context.cookies()}
+        return out
+    finally:
+        context.close()
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+def test_behind_a_tls_proxy_that_rewrites_host_actions_work_with_the_public_url(
+        story: Any, proxied_browser: Any, tmp_path: Path) -> None:
+    """Given the dashboard behind a TLS proxy that passes ``Host: 127.0.0.1:PORT`` upstream
+    (nginx's default); when an operator replays a job at https://ops.example.com:PORT; then the
+    strict default refuses the https origin, and with ``public_url`` the replay is done, recorded
+    with its actor, and the CSRF cookie is Secure."""
+    from tests.dashboard.tlsproxy import TLSProxy, self_signed
+
+    app, _ = story
+    cert, key = self_signed(tmp_path, PUBLIC_NAME)
+    with TLSProxy(cert, key, rewrite_host=True) as proxy:
+        public = f"https://{PUBLIC_NAME}:{proxy.port}"
+        with BackgroundServer(create_app(app, token=TOKEN)) as plain:
+            proxy.upstream_port = port_of(plain.url)
+            refused = try_replay(proxied_browser, public)
+        assert refused["preview"] == 403 and "Origin does not match" in refused["text"]
+        assert app.get("refund:r-0").state == State.DEAD
+        with BackgroundServer(create_app(app, token=TOKEN, public_url=public)) as dashboard_server:
+            proxy.upstream_port = port_of(dashboard_server.url)
+            done = try_replay(proxied_browser, public)
+        assert (done["preview"], done["apply"]) == (200, 200) and "Replayed 1 job" in done["text"], done
+        assert done["cookies"]["firesafe_csrf"]["secure"] is True
+        assert all(b"host: 127.0.0.1:" in head.lower() for head in proxy.requests)  # Host was rewritten
+    assert app.get("refund:r-0").state == State.QUEUED
+    assert ("replayed", "ops (dashboard@127.0.0.1)") in [(e.kind, e.actor) for e in app.get("refund:r-0").events]
+
+
+def test_behind_a_tls_proxy_actions_work_with_its_forwarded_headers_when_trusted(
+        story: Any, proxied_browser: Any, tmp_path: Path) -> None:
+    """Given a TLS proxy that keeps the browser's Host and adds X-Forwarded-Proto/-For; then they
+    are ignored by default (refused: the scheme is not the browser's), and believed from the
+    proxies named in ``forwarded_allow_ips``: the replay is done, its actor is the browser's
+    address as the proxy gave it, and the cookie is Secure."""
+    from tests.dashboard.tlsproxy import TLSProxy, self_signed
+
+    app, _ = story
+    cert, key = self_signed(tmp_path, PUBLIC_NAME)
+    with TLSProxy(cert, key, forwarded_for="198.51.100.7") as proxy:
+        public = f"https://{PUBLIC_NAME}:{proxy.port}"
+        with BackgroundServer(create_app(app, token=TOKEN)) as plain:
+            proxy.upstream_port = port_of(plain.url)
+            ignored = try_replay(proxied_browser, public)
+        assert ignored["preview"] == 403 and "Origin does not match" in ignored["text"]
+        assert ignored["cookies"]["firesafe_csrf"]["secure"] is False
+        with BackgroundServer(create_app(app, token=TOKEN), forwarded_allow_ips="127.0.0.1") as trusted:
+            proxy.upstream_port = port_of(trusted.url)
+            done = try_replay(proxied_browser, public)
+        assert (done["preview"], done["apply"]) == (200, 200) and "Replayed 1 job" in done["text"], done
+    assert app.get("refund:r-0").state == State.QUEUED
+    assert ("replayed", "ops (dashboard@198.51.100.7)") in [(e.kind, e.actor) for e in app.get("refund:r-0").events]

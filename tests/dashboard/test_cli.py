@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import httpx
 
-from tests.dashboard.conftest import TOKEN
+from tests.dashboard.appdef import make_app, populate
+from tests.dashboard.conftest import TOKEN, form_of
 from tests.dashboard.procs import dashboard, run, write_app
 
 PATHS = ["/", "/jobs", "/dead", "/job?key=x", "/schedules", "/alerts", "/metrics", "/healthz", "/static/htmx.min.js"]
@@ -53,3 +55,81 @@ def test_a_non_loopback_bind_answers_401_without_the_token(tmp_path: Path) -> No
 def test_an_unimportable_app_is_a_clear_error(tmp_path: Path) -> None:
     r = run(["dashboard", "nosuchmodule:app", "--port", "0"], tmp_path)
     assert r.returncode == 1 and "cannot import 'nosuchmodule'" in r.stderr and "Traceback" not in r.stderr
+
+
+def _cookie(response: httpx.Response) -> str:
+    m = re.search(r"firesafe_csrf=([\w-]+)", response.headers["set-cookie"])
+    assert m, response.headers["set-cookie"]
+    return m.group(1)
+
+
+def _populated(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path}/jobs.db"
+    app, _ = make_app(url)
+    populate(app, xss=False)
+    app.close()
+    return write_app(tmp_path, url)
+
+
+def test_behind_a_tls_proxy_with_the_public_url(tmp_path: Path) -> None:
+    """Given `--public-url https://ops.example.com` (a TLS proxy in front, passing any Host); then
+    a form from that origin acts, the CSRF cookie is Secure, and other origins are refused."""
+    target = _populated(tmp_path)
+    secret = TOKEN.split(":", 1)[1]
+    public = "https://ops.example.com"
+    with dashboard([target, "--public-url", public], tmp_path, FIRESAFE_DASHBOARD_TOKEN=TOKEN) as d:
+        assert f"published at {public}" in d.log.read_text()
+        with httpx.Client(base_url=d.url, timeout=10, auth=("ops", secret)) as c:
+            page = c.get("/dead", headers={"host": "ops.example.com"})
+            assert page.status_code == 200 and "Secure" in page.headers["set-cookie"]
+            browser = {"cookie": f"firesafe_csrf={_cookie(page)}", "host": "ops.example.com",
+                       "sec-fetch-site": "same-origin"}
+            form = {"csrf": re.search(r'name="csrf" value="(\w+)"', page.text).group(1),  # type: ignore[union-attr]
+                    "action": "replay", "scope": "keys", "key": "refund:r-0"}
+            for origin in ("http://ops.example.com", "https://evil.example", f"http://{d.url.split('//')[1]}"):
+                r = c.post("/dead/preview", data=form, headers={**browser, "origin": origin})
+                assert r.status_code == 403 and "Origin does not match" in r.text, origin
+            preview = c.post("/dead/preview", data=form, headers={**browser, "origin": public})
+            assert preview.status_code == 200 and "Replay 1 job?" in preview.text
+            done = c.post("/dead/apply", data=form_of(preview.text), headers={**browser, "origin": public})
+            assert done.status_code == 200 and "Replayed 1 job" in done.text
+
+
+def test_forwarded_headers_are_believed_only_from_the_proxies_named(tmp_path: Path) -> None:
+    target = _populated(tmp_path)
+    secret = TOKEN.split(":", 1)[1]
+    proxied = {"host": "ops.example.com", "x-forwarded-proto": "https", "x-forwarded-for": "198.51.100.7",
+               "sec-fetch-site": "same-origin", "origin": "https://ops.example.com"}
+
+    def attempt(args: list[str]) -> tuple[httpx.Response, httpx.Response | None, str]:
+        with dashboard([target, *args], tmp_path, FIRESAFE_DASHBOARD_TOKEN=TOKEN) as d, \
+                httpx.Client(base_url=d.url, timeout=10, auth=("ops", secret)) as c:
+            page = c.get("/dead", headers=proxied)
+            headers = {**proxied, "cookie": f"firesafe_csrf={_cookie(page)}"}
+            form = {"csrf": re.search(r'name="csrf" value="(\w+)"', page.text).group(1),  # type: ignore[union-attr]
+                    "action": "replay", "scope": "keys", "key": "refund:r-0"}
+            preview = c.post("/dead/preview", data=form, headers=headers)
+            done = c.post("/dead/apply", data=form_of(preview.text), headers=headers) if preview.is_success else None
+            return page, done, preview.text
+
+    for args in ([], ["--forwarded-allow-ips", "10.9.9.9,192.0.2.0/24"]):  # not from 127.0.0.1: ignored
+        page, done, text = attempt(args)
+        assert "Secure" not in page.headers["set-cookie"] and done is None and "Origin does not match" in text
+    page, done, _ = attempt(["--forwarded-allow-ips", "127.0.0.1, ::1"])
+    assert "Secure" in page.headers["set-cookie"]
+    assert done is not None and done.status_code == 200 and "Replayed 1 job" in done.text
+    assert "ops (dashboard@198.51.100.7)" in done.text  # the client the proxy named is the actor
+
+
+def test_proxy_options_are_checked_before_starting(tmp_path: Path) -> None:
+    target = write_app(tmp_path, f"sqlite:///{tmp_path}/jobs.db")
+    cases = [(["--public-url", "https://ops.example.com"], {}, "needs a token"),
+             (["--public-url", "ops.example.com"], {"FIRESAFE_DASHBOARD_TOKEN": TOKEN}, "public URL must look like"),
+             (["--public-url", "https://ops.example.com/?x=1"], {"FIRESAFE_DASHBOARD_TOKEN": TOKEN}, "public URL"),
+             (["--forwarded-allow-ips", "*"], {}, "addresses of your proxies"),
+             (["--forwarded-allow-ips", "proxy.internal"], {}, "addresses of your proxies")]
+    for args, env, why in cases:
+        r = run(["dashboard", target, *args, "--port", "0"], tmp_path, **env)
+        assert r.returncode == 1 and why in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    with dashboard([target, "--public-url", "https://localhost:8443"], tmp_path) as d:  # loopback: no token
+        assert httpx.get(d.url + "/healthz", timeout=10).status_code == 200

@@ -16,7 +16,7 @@ from firesafe import App, Permanent
 from firesafe.dashboard import create_app
 from firesafe.dashboard.server import BackgroundServer
 from firesafe.states import State
-from tests.dashboard.conftest import TOKEN
+from tests.dashboard.conftest import TOKEN, form_of
 
 
 def dead_app(url: str) -> App:
@@ -42,8 +42,9 @@ def test_mounted_under_a_prefix(sqlite_url: str) -> None:
         assert links and all(link.startswith("/ops/firesafe/") for link in links), links
         assert "Path=/ops/firesafe" in page.headers["set-cookie"]
         token = re.search(r'name="csrf" value="(\w+)"', page.text).group(1)  # type: ignore[union-attr]
-        done = c.post("/ops/firesafe/dead/apply", data={"csrf": token, "action": "replay", "scope": "keys",
-                                                         "key": "k1", "expect": "1"})
+        preview = c.post("/ops/firesafe/dead/preview", data={"csrf": token, "action": "replay", "scope": "keys",
+                                                              "key": "k1"})
+        done = c.post("/ops/firesafe/dead/apply", data=form_of(preview.text))
         assert done.status_code == 200 and "Replayed 1 job" in done.text
         assert c.get("/").text == "the host app"  # the host's own routes are not guarded
     assert app.get("k1").state == State.QUEUED

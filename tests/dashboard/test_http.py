@@ -18,7 +18,7 @@ from firesafe.dashboard import create_app
 from firesafe.dashboard.server import BackgroundServer
 from firesafe.states import State
 from tests.dashboard.appdef import XSS_IMG, XSS_SCRIPT
-from tests.dashboard.conftest import TOKEN
+from tests.dashboard.conftest import TOKEN, form_of
 
 PAGES = ["/", "/jobs", "/jobs?state=dead", "/dead", "/dead?job=charge&error=RuntimeError",
          "/job?key=sync%3A2026-11-30", "/schedules", "/alerts", "/healthz", "/metrics"]
@@ -139,8 +139,7 @@ def test_replay_one_dead_job_with_a_confirmation_recorded_with_its_actor(served:
         assert preview.status_code == 200
         assert "Replay 1 job?" in preview.text and "Dry run: nothing has changed yet" in preview.text
         assert app.get("refund:r-0").state == State.DEAD  # a preview changes nothing
-        done = c.post("/dead/apply", data={"csrf": token, "action": "replay", "scope": "keys",
-                                           "key": "refund:r-0", "expect": "1"})
+        done = c.post("/dead/apply", data=form_of(preview.text))
         assert done.status_code == 200 and "Replayed 1 job" in done.text
     job = app.get("refund:r-0")
     assert job.state == State.QUEUED
@@ -158,10 +157,13 @@ def test_bulk_discard_by_filter_asks_again_when_the_set_changed(served: tuple[An
         token = csrf_of(c.get("/dead").text)
         preview = c.post("/dead/preview", data={"csrf": token, **form})
         assert "Discard 3 jobs?" in preview.text and 'name="expect" value="3"' in preview.text
-        stale = c.post("/dead/apply", data={"csrf": token, **form, "expect": "2"})
+        confirm = form_of(preview.text)
+        stale = c.post("/dead/apply", data={**confirm, "digest": "0" * 64})  # a preview of other jobs
         assert "changed since the preview" in stale.text
+        unconfirmed = c.post("/dead/apply", data={"csrf": token, **form, "expect": "3"})  # no preview at all
+        assert "changed since the preview" in unconfirmed.text
         assert app.dlq.count(job="charge") == 3  # nothing changed
-        done = c.post("/dead/apply", data={"csrf": token, **form, "expect": "3"})
+        done = c.post("/dead/apply", data=confirm)
         assert "Discarded 3 jobs" in done.text
     assert app.dlq.count(job="charge") == 0
     for i in range(3):
@@ -178,8 +180,7 @@ def test_a_selection_of_keys(served: tuple[Any, Any, str]) -> None:
         keys = ["charge:bad-0", "charge:bad-1", "charge:o-1"]  # the last one is not dead
         preview = c.post("/dead/preview", data={"csrf": token, "action": "replay", "scope": "keys", "key": keys})
         assert "Replay 2 jobs?" in preview.text and "charge:o-1" in preview.text  # listed as left out
-        done = c.post("/dead/apply", data={"csrf": token, "action": "replay", "scope": "keys", "key": keys,
-                                           "expect": "2"})
+        done = c.post("/dead/apply", data=form_of(preview.text))
         assert "Replayed 2 jobs" in done.text
         missing = c.post("/dead/preview", data={"csrf": token, "action": "replay", "scope": "keys",
                                                 "key": "no-such-key"})
@@ -227,9 +228,10 @@ def test_a_token_guards_every_path_and_names_the_actor(story: tuple[Any, Any]) -
         with client(server.url, headers={"authorization": basic}) as c:
             assert all(c.get(p).status_code == 200 for p in PAGES)
             token = csrf_of(c.get("/dead").text)
-            done = c.post("/dead/apply", data={"csrf": token, "action": "replay", "scope": "keys",
-                                               "key": "render:" + XSS_IMG, "expect": "1"})
-            assert done.status_code == 200
+            preview = c.post("/dead/preview", data={"csrf": token, "action": "replay", "scope": "keys",
+                                                    "key": "render:" + XSS_IMG})
+            done = c.post("/dead/apply", data=form_of(preview.text))
+            assert done.status_code == 200 and "Replayed 1 job" in done.text
         with client(server.url, headers={"authorization": f"Bearer {secret}"}) as c:
             assert c.get("/metrics").status_code == 200
     assert ("replayed", "ops (dashboard@127.0.0.1)") in events(app, "render:" + XSS_IMG)
@@ -275,3 +277,89 @@ def test_healthz(served: tuple[Any, Any, str]) -> None:
     with client(url) as c:
         body = c.get("/healthz").json()
     assert body["status"] == "ok" and body["store"] == app.store.dialect and body["schema_version"] >= 1
+
+
+def test_apply_acts_only_on_the_jobs_the_preview_showed(served: tuple[Any, Any, str]) -> None:
+    """Given a preview of 3 dead jobs, when a colleague discards one and another job dies (still 3
+    matching, but not the same 3), then confirming acts on nothing and shows the new set."""
+    app, _, url = served
+    form = {"action": "discard", "scope": "filter", "job": "charge", "error": "RuntimeError"}
+    with client(url) as c:
+        token = csrf_of(c.get("/dead").text)
+        preview = c.post("/dead/preview", data={"csrf": token, **form})
+        assert "Discard 3 jobs?" in preview.text and "charge:bad-9" not in preview.text
+        app.dlq.discard(keys=["charge:bad-0"], actor="colleague")
+        app.jobs["charge"].enqueue("bad-9", 5, "sk_live_secret", key="charge:bad-9")
+        app.work(burst=True, wait_scheduled=True)
+        assert sorted(app.dlq.replay(job="charge", dry_run=True).keys) == ["charge:bad-1", "charge:bad-2",
+                                                                          "charge:bad-9"]
+        again = c.post("/dead/apply", data=form_of(preview.text))
+        assert again.status_code == 200
+        assert "changed since the preview" in again.text and "not the same jobs" in again.text
+        assert "Discard 3 jobs?" in again.text and "charge:bad-9" in again.text  # the new set, shown
+        assert app.get("charge:bad-9").state == State.DEAD and app.dlq.count(job="charge") == 3  # untouched
+        done = c.post("/dead/apply", data=form_of(again.text))  # confirmed, having seen it
+        assert "Discarded 3 jobs" in done.text
+    assert app.dlq.count(job="charge") == 0
+    assert ("discarded", "dashboard@127.0.0.1") in events(app, "charge:bad-9")
+    assert ("discarded", "colleague") in events(app, "charge:bad-0")
+
+
+def _sql(store_url: str, *statements: str) -> None:
+    """Run statements on the store behind the app's back (as another tool or a DBA would)."""
+    if store_url.startswith("sqlite:///"):
+        import sqlite3
+
+        conn = sqlite3.connect(store_url[len("sqlite:///"):])
+        try:
+            for statement in statements:
+                conn.execute(statement)
+            conn.commit()
+        finally:
+            conn.close()
+        return
+    import psycopg
+
+    base, _, query = store_url.partition("?")
+    schema = dict(p.split("=", 1) for p in query.split("&"))["schema"]
+    with psycopg.connect(base, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement.replace("{schema}", schema))
+
+
+def test_healthz_is_503_without_the_firesafe_tables(store_url: str) -> None:
+    from firesafe import App
+
+    app = App(store_url, auto_migrate=False)  # a store nobody migrated
+    try:
+        with BackgroundServer(create_app(app)) as server, client(server.url) as c:
+            r = c.get("/healthz")
+            assert r.status_code == 503, r.text
+            body = r.json()
+            assert body["status"] != "ok" and body["schema_version"] == 0
+            assert "no firesafe tables" in body["error"] and "firesafe migrate" in body["error"]
+            assert c.get("/dead").status_code == 503  # as the pages say
+    finally:
+        app.close()
+
+
+def test_healthz_is_503_when_the_schema_is_older_or_gone_mid_run(served: tuple[Any, Any, str],
+                                                                  store_url: str) -> None:
+    _, _, url = served
+    with client(url) as c:
+        ok = c.get("/healthz")
+        assert ok.status_code == 200 and ok.json()["status"] == "ok"
+        newest = ok.json()["schema_version"]
+        table = "firesafe_migrations" if store_url.startswith("sqlite") else '"{schema}".firesafe_migrations'
+        _sql(store_url, f"DELETE FROM {table} WHERE version = {newest}")  # as if an older firesafe made it
+        older = c.get("/healthz")
+        assert older.status_code == 503, older.text
+        assert older.json()["status"] != "ok" and older.json()["schema_version"] == newest - 1
+        assert f"older than this firesafe needs (version {newest})" in older.json()["error"]
+        if store_url.startswith("sqlite"):
+            _sql(store_url, "DROP TABLE firesafe_migrations")
+        else:
+            _sql(store_url, 'DROP SCHEMA "{schema}" CASCADE')  # dropped under a running dashboard
+        gone = c.get("/healthz")
+        assert gone.status_code == 503 and gone.json()["status"] != "ok", gone.text
+        assert "no firesafe tables" in gone.json()["error"]
