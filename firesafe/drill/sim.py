@@ -53,6 +53,7 @@ from firesafe.retries.backoff import Backoff
 from firesafe.states import State, can_move
 from firesafe.store.base import JobFilter
 from firesafe.store.sqlite import SQLiteStore
+from firesafe.worker.executor import ProcessDeath
 
 #: What each fault point may do (a stall is never nested: a stalled world's workers only crash).
 ACTIONS: dict[str, tuple[str, ...]] = {
@@ -73,6 +74,7 @@ MAX_TURNS = 20_000
 LOOP_MIRRORED = frozenset({"_heartbeat", "_rescue", "_check_isolation", "_linger", "_flush", "_timeouts", "_claim",
                            "_save_outbox"})
 LOOP_SKIPPED = {
+    "_live": "shutdown and burst mode: whether attempts are left to conclude",
     "_release_all": "shutdown: the simulation never stops a worker gracefully",
     "_idle": "burst mode: simulated workers run until the scenario settles",
     "_sleep_time": "waiting: the simulation moves its clock to the next thing due instead",
@@ -82,8 +84,9 @@ STORE_BACKOFF = Backoff(base=0.5, factor=2.0, cap=15.0, jitter="equal")
 RETRY = Backoff(base=1.0, factor=2.0, cap=20.0, jitter="full")
 
 
-class SimCrash(BaseException):
-    """The simulated worker process dies here (a BaseException: no job code can catch it)."""
+class SimCrash(ProcessDeath):
+    """The simulated worker process dies here (a BaseException: no job code can catch it; a
+    ProcessDeath: the worker does not record it as the attempt's failure either)."""
 
 
 @dataclass(frozen=True)
@@ -500,6 +503,9 @@ class Simulation:
                     self._violation(f"{spec.key}: attempt {a.attempt} of {full.max_attempts} in the trace")
                 if a.outcome is None:
                     self._violation(f"{spec.key}: attempt {a.seq} never ended")
+                if a.error_type in ("SimCrash", "_Abort"):  # a process's death is no attempt's failure
+                    self._violation(f"{spec.key}: attempt {a.seq} recorded the simulation's {a.error_type} as its "
+                                    "error: the worker caught a process death")
             if len(full.trace) != full.runs:
                 self._violation(f"{spec.key}: {len(full.trace)} trace entries for {full.runs} runs")
             if full.state == State.DEAD and (not full.trace or not full.trace[-1].error_type or not full.reason):
@@ -527,8 +533,9 @@ class _Stuck(Exception):
     pass
 
 
-class _Abort(BaseException):
-    """A violation was found mid-run: the scenario stops there (no job code may catch this)."""
+class _Abort(ProcessDeath):
+    """A violation was found mid-run: the scenario stops there (no job code may catch this, and the
+    worker passes it through as it does a process's death)."""
 
 
 class _SimTime:

@@ -48,6 +48,11 @@ class TimedOut(Exception):
     """The attempt ran past its job's ``timeout``."""
 
 
+class ProcessDeath(BaseException):
+    """Stands for the death of the process running an attempt (the deterministic simulation raises
+    it where a real process would simply vanish): never the attempt's failure, it passes through."""
+
+
 async def _bounded(coro: Any, timeout: float | None) -> tuple[Any, bool]:
     try:
         async with asyncio.timeout(timeout) as scope:
@@ -79,6 +84,8 @@ def execute(jobdef: JobDef, ctx: Context, args: list[Any], kwargs: dict[str, Any
             raise UnstorableValue(f"job {jobdef.name!r} returned a value that cannot be stored as JSON: {why}; "
                                   "its work is done but not recorded, so it is not retried") from None
         return AttemptResult(None, value, duration=time.monotonic() - start, result_json=result_json)
+    except ProcessDeath:
+        raise
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, CancelledError a job raises: its failure too
         return AttemptResult(exc, duration=time.monotonic() - start, traceback=_format_tb(exc),
                              retry_after=retry_after_of(exc, time.time()) if isinstance(exc, Exception) else None)

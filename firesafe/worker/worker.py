@@ -412,6 +412,8 @@ class Worker:
                 self._wake.set()  # the loop's wait must end by this deadline
             try:
                 res = executor.execute(jobdef, ctx, job.args, job.kwargs)
+            except executor.ProcessDeath:
+                raise
             except BaseException as exc:  # execute() records what a job raises; this is firesafe's own bug
                 log.exception("attempt of %s could not be run", job.key)
                 res = executor.AttemptResult(exc, duration=time.monotonic() - start)
