@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from firesafe.clock import to_datetime
 from firesafe.errors import ConfigError, IdempotencyConflict, InvalidInput
-from firesafe.idempotency.keys import MAX_KEY_LENGTH, canonical_json, check_name
+from firesafe.idempotency.keys import canonical_json, check_name, escaped, joined_key
 from firesafe.models import Job
 from firesafe.store.base import JobFilter
 
@@ -76,9 +75,6 @@ class EventConflict(IdempotencyConflict):
 
 #: Escapes of the source part of an event key, ``%`` first: that part then holds no ``:``.
 _SOURCE_ESCAPES = (("%", "%25"), (":", "%3A"))
-#: Where a shortened key puts its ``#`` (the shape of shortened step keys): 190 + 1 + 64 = 255.
-_CUT = MAX_KEY_LENGTH - 65
-_SHORTENED = re.compile(rf".{{{_CUT}}}#[0-9a-f]{{64}}", re.DOTALL)
 
 
 def event_key(source: str, event_id: str) -> str:
@@ -97,12 +93,7 @@ def event_key(source: str, event_id: str) -> str:
     >>> len(event_key("s" * 60, "x" * 200))
     255
     """
-    for char, escaped in _SOURCE_ESCAPES:
-        source = source.replace(char, escaped)
-    key = f"{source}:{event_id}"
-    if len(key) <= MAX_KEY_LENGTH and not _SHORTENED.fullmatch(key):
-        return key
-    return f"{key[:_CUT]}#{hashlib.sha256(key.encode()).hexdigest()}"
+    return joined_key(escaped(source, _SOURCE_ESCAPES), event_id, ":")
 
 
 def check_event_id(event_id: object) -> str:
