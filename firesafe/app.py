@@ -10,7 +10,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -185,12 +185,6 @@ class JobDef:
         jobs = self.app.store.job_insert_many(params, conn=conn)
         if conn is None and any(j.created for j in jobs):
             self.app._wake_workers()
-        if len({p.key for p in params}) < len(params):  # a key repeated in the batch: created by its first item
-            seen: set[str] = set()
-            for n, job in enumerate(jobs):
-                if job.key in seen:
-                    jobs[n] = replace(job, created=False)
-                seen.add(job.key)
         return jobs
 
 

@@ -17,10 +17,11 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 from rich.console import Console
 
+from firesafe.alerts.render import iso
 from firesafe.app import App
-from firesafe.clock import to_datetime
 from firesafe.errors import MAX_DELAY
 from firesafe.store import open_store, resolve_url
+from firesafe.store.queries import latest_version
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,14 +52,8 @@ def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, default=str, ensure_ascii=False))
 
 
-def iso_time(ts: float | None) -> str | None:
-    """Seconds since the epoch as ISO 8601 in UTC, as every ``--json`` output writes times.
-
-    >>> iso_time(1714521600.25), iso_time(None)
-    ('2024-05-01T00:00:00.250000+00:00', None)
-    """
-    value = to_datetime(ts)
-    return None if value is None else value.isoformat()
+#: Seconds since the epoch as ISO 8601 in UTC, as every ``--json`` output writes times.
+iso_time = iso
 
 
 def a_or_an(word: str) -> str:
@@ -306,15 +301,6 @@ def check_port(host: str, port: int) -> None:
             if exc.errno == errno.EADDRINUSE:
                 raise fail(f"port {port} on {host} is already in use (pick another with --port)") from None
             raise fail(f"cannot listen on port {port} of {host}: {exc.strerror or exc}") from None
-
-
-def latest_version(dialect: str) -> int:
-    from firesafe.store import queries
-
-    try:
-        return max((v for v, _ in queries.migrations(dialect)), default=0)
-    except (OSError, ValueError):
-        return 0
 
 
 def is_interactive() -> bool:

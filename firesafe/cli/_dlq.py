@@ -118,7 +118,7 @@ def _review(action: str, keys: tuple[str, ...], filters: dict[str, Any], dry_run
     out = console()
     if preview.skipped:
         allowed = "dead or cancelled" if action == "replay" else "dead"
-        why = ", ".join(f"{k} ({preview.reasons.get(k, 'not ' + allowed)})" for k in preview.skipped[:10])
+        why = ", ".join(f"{k} ({preview.reasons[k]})" for k in preview.skipped[:10])
         more = f" and {len(preview.skipped) - 10} more" if len(preview.skipped) > 10 else ""
         console(stderr=True).print(f"skipping {len(preview.skipped)} job(s) that are not {allowed}: {why}{more}",
                                    style="yellow", markup=False)
@@ -158,7 +158,7 @@ def _review(action: str, keys: tuple[str, ...], filters: dict[str, Any], dry_run
         return
     out.print(f"{done} {result.count} job(s)")
     if result.skipped:
-        why = ", ".join(f"{k} (now {result.reasons[k]})" if k in result.reasons else k for k in result.skipped[:10])
+        why = ", ".join(f"{k} (now {result.reasons[k]})" for k in result.skipped[:10])
         out.print(f"{len(result.skipped)} job(s) skipped: they had changed state meanwhile: {why}", style="yellow",
                   markup=False)
 

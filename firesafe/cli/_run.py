@@ -98,11 +98,11 @@ def worker(target: str, queues: str | None, concurrency: int, prefetch: int | No
     _logs.configure(log_format, log_level)
     queue_list = parse_queues(queues)
     app = load_app(target)
-    declared = {j.queue for j in app.jobs.values()}
+    declared = app.queues()
     unused = [q for q in queue_list if q not in declared]
     if unused and app.jobs:  # jobs can be sent to any queue (enqueue(queue=...)), so only a warning
         log.warning("no job of %s is declared on queue(s) %s (declared: %s); this worker takes only jobs "
-                    "enqueued there explicitly", target, ", ".join(unused), ", ".join(sorted(declared)))
+                    "enqueued there explicitly", target, ", ".join(unused), ", ".join(declared))
     if processes > 1:
         from firesafe.limits.api import check_app
         from firesafe.worker.supervisor import Supervisor

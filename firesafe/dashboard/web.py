@@ -9,7 +9,6 @@ dashboard user as the actor, so each is recorded in the job's events.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import json
@@ -51,6 +50,7 @@ from firesafe.idempotency.keys import check_key, check_name
 from firesafe.masking import mask, mask_text
 from firesafe.states import State
 from firesafe.store.base import JobFilter
+from firesafe.store.queries import latest_version
 
 log = logging.getLogger("firesafe.dashboard")
 
@@ -517,7 +517,7 @@ class Dashboard:
             store = self.app.store
             version = store.schema_version()
             now = store.now()
-            needed = schema_needed(store.dialect)
+            needed = latest_version(store.dialect)
         except FiresafeError as exc:
             return JSONResponse({"status": "unavailable", "error": str(exc)}, status_code=503)
         body = {"store": store.dialect, "schema_version": version, "time": now}
@@ -527,14 +527,6 @@ class Dashboard:
             return JSONResponse({"status": "unavailable", **body, "schema_needed": needed,
                                  "error": f"{why}: run `firesafe migrate`"}, status_code=503)
         return JSONResponse({"status": "ok", **body})
-
-
-@functools.lru_cache(maxsize=4)
-def schema_needed(dialect: str) -> int:
-    """The newest migration this code ships for a dialect: the schema version it needs."""
-    from firesafe.store import queries
-
-    return max((v for v, _ in queries.migrations(dialect)), default=0)
 
 
 def keys_digest(keys: Sequence[str]) -> str:

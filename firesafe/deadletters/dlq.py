@@ -47,8 +47,12 @@ class ReviewResult:
 
     keys: list[str]
     dry_run: bool
-    skipped: list[str]  # asked for or matched, but not in a state the action applies to
-    reasons: dict[str, str] = field(default_factory=dict)  # skipped key -> why
+    reasons: dict[str, str] = field(default_factory=dict)  # skipped key -> why, in the order asked
+
+    @property
+    def skipped(self) -> list[str]:
+        """Keys asked for or matched, but not in a state the action applies to."""
+        return list(self.reasons)
 
     @property
     def count(self) -> int:
@@ -116,7 +120,7 @@ class DeadLetters:
         states = (State.DEAD, State.CANCELLED) if action == "replay" else (State.DEAD,)
         targets, reasons = self._targets(keys, states, **filters)
         if dry_run:
-            return ReviewResult([j.key for j in targets], True, list(reasons), reasons)
+            return ReviewResult([j.key for j in targets], True, reasons)
         actor = actor or default_actor()
         move = self._app.store.job_replay_many if action == "replay" else self._app.store.job_discard_many
         moved_ids: set[int] = set()
@@ -131,7 +135,7 @@ class DeadLetters:
         if lost:
             now = self._jobs(lost)
             reasons.update((k, str(now[k].state) if k in now else NOT_FOUND) for k in lost)
-        return ReviewResult([j.key for j in targets if j.id in moved_ids], False, list(reasons), reasons)
+        return ReviewResult([j.key for j in targets if j.id in moved_ids], False, reasons)
 
     def replay(self, keys: Sequence[str] | None = None, *, job: str | None = None, error: str | None = None,
                since: datetime | float | None = None, until: datetime | float | None = None,

@@ -185,7 +185,8 @@ def _encode(value: Any, what: str, limit: int | None) -> tuple[str, bool]:
     except ValueError as exc:
         if isinstance(exc, InvalidInput):
             raise
-        _walk(value, what)  # NaN or an infinity among plain values: say where
+        if plain:  # NaN or an infinity among plain values: say where (other values were walked above)
+            _walk(value, what)
         if "integer string conversion" in str(exc):  # past Python's limit (sys.set_int_max_str_digits)
             raise InvalidInput(f"{what} hold an integer of more than {sys.get_int_max_str_digits()} digits, "
                                "which cannot be written as JSON") from None

@@ -232,11 +232,7 @@ class Cron:
             return [int(a.timestamp()), int(b.timestamp())] if self.follows_elapsed_time else [int(a.timestamp())]
         if self.follows_elapsed_time:  # skipped (spring forward): no such instant
             return []
-        return [self._gap_end(int(b.timestamp()), int(a.timestamp()), off_b)]
-
-    def _gap_end(self, lo: int, hi: int, after: timedelta) -> int:
-        """The first instant in (lo, hi] whose UTC offset is ``after``: the end of a DST gap."""
-        return gap_end(self.zone, lo, hi, after)
+        return [gap_end(self.zone, int(b.timestamp()), int(a.timestamp()), off_b)]
 
     def _local_date(self, ts: int) -> date:
         return datetime.fromtimestamp(ts, self.zone).date()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from firesafe.models import Job
@@ -262,6 +262,20 @@ def dedupe_batch(items: Sequence[InsertParams]) -> list[InsertParams]:
         elif first.fingerprint != item.fingerprint:
             raise IdempotencyConflict(item.key, first.name, item.name)
     return list(seen.values())
+
+
+def in_batch_order(items: Sequence[InsertParams], stored: dict[str, Job]) -> list[Job]:
+    """The job of each item, in the batch's order; a key repeated in the batch was created (if at all)
+    by its first item, so its repeats say ``created=False``."""
+    if len(stored) >= len(items):  # no key repeated (the usual batch): nothing to mark
+        return [stored[i.key] for i in items]
+    out: list[Job] = []
+    seen: set[str] = set()
+    for item in items:
+        job = stored[item.key]
+        out.append(replace(job, created=False) if item.key in seen and job.created else job)
+        seen.add(item.key)
+    return out
 
 
 def check_existing(items: Sequence[InsertParams], stored: dict[str, Job]) -> None:

@@ -66,6 +66,7 @@ from firesafe.store.base import (
     Store,
     check_existing,
     dedupe_batch,
+    in_batch_order,
 )
 
 log = logging.getLogger("firesafe.store")
@@ -482,7 +483,7 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
                 stored = self._insert(c, unique, prepare=None, pipeline=True)
         else:
             stored = self._insert_in_callers_transaction(conn, unique)
-        return [stored[i.key] for i in items]
+        return in_batch_order(items, stored)
 
     def _insert_params(self, part: Sequence[InsertParams], ids: list[int] | None,
                        now: float | None) -> dict[str, Any]:

@@ -53,3 +53,13 @@ def migrations(dialect: str) -> list[tuple[int, str]]:
         if entry.name.endswith(".sql"):
             found.append((int(entry.name.split("_", 1)[0]), entry.read_text()))
     return sorted(found)
+
+
+@cache
+def latest_version(dialect: str) -> int:
+    """The newest migration this code ships for a dialect: the schema version it needs (0 if none
+    can be read)."""
+    try:
+        return max((v for v, _ in migrations(dialect)), default=0)
+    except (OSError, ValueError):
+        return 0

@@ -42,6 +42,7 @@ from firesafe.store.base import (
     Store,
     check_existing,
     dedupe_batch,
+    in_batch_order,
 )
 
 Q = queries.load("sqlite")
@@ -136,8 +137,7 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
             pass
 
     def _open(self) -> sqlite3.Connection:
-        if self._file is not None:
-            self._check_file()  # never open (and so create again) a store file that was deleted or replaced
+        self._check_file()  # never open (and so create again) a store file that was deleted or replaced
         conn: sqlite3.Connection | None = None
         try:
             conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
@@ -332,7 +332,7 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
                 job.created = row["id"] > before
                 stored[job.key] = job
             check_existing(unique, stored)  # raises: the rollback drops this batch's rows
-        return [stored[i.key] for i in items]
+        return in_batch_order(items, stored)
 
     def job_get(self, key: str, *, full: bool = False) -> Job | None:
         rows = self._read("job_by_key", {"key": key})

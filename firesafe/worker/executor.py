@@ -126,17 +126,17 @@ def conclude(claimed: Claimed, jobdef: JobDef, res: AttemptResult, draw: float, 
         result = res.result_json
         if result is None:
             result = json.dumps(res.value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    if detail:
-        info = json.dumps({**detail, "duration": round(res.duration, 6)})
-    else:  # the usual case, once per attempt: the very text json.dumps({"duration": ...}) makes
-        info = f'{{"duration": {round(res.duration, 6)!r}}}'
     traceback = res.traceback
     if res.error is not None and (secrets := secret_values(job.args, job.kwargs, job.arg_names)):
         # An error that quotes a secret argument (``f"refused {api_key}"``) keeps it out of the trace,
         # the alerts and the logs, which all read what is saved here.
         message = mask_values(message, secrets) if message else message
         traceback = mask_values(traceback, secrets) if traceback else traceback
-        info = json.dumps(_masked_strings(json.loads(info), secrets))
+        detail = _masked_strings(detail, secrets) if detail else detail
+    if detail:
+        info = json.dumps({**detail, "duration": round(res.duration, 6)})
+    else:  # the usual case, once per attempt: the very text json.dumps({"duration": ...}) makes
+        info = f'{{"duration": {round(res.duration, 6)!r}}}'
     return FinishParams(
         job_id=job.id, token=claimed.token, seq=job.runs, state=decision.state, outcome=decision.outcome,
         delay=decision.delay, given_back=1 if decision.deferred else 0, result=result,
@@ -150,7 +150,7 @@ def _masked_strings(value: Any, secrets: list[str]) -> Any:
         return mask_values(value, secrets)
     if isinstance(value, dict):
         return {k: _masked_strings(v, secrets) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [_masked_strings(v, secrets) for v in value]
     return value
 

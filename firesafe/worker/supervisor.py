@@ -192,20 +192,23 @@ class Supervisor:
             return  # nothing yet
         except OSError:
             data = b""
-        os.close(slot.ready_fd)
-        slot.ready_fd = -1
+        self._close_ready_fd(slot)
         if data and slot.proc is not None:
             slot.ready = True
             slot.startup_failures = 0
             log.debug("worker process %d (pid %d) is ready", slot.index, slot.proc.pid,
                       extra={"slot": slot.index, "child_pid": slot.proc.pid})
 
+    @staticmethod
+    def _close_ready_fd(slot: _Slot) -> None:
+        if slot.ready_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(slot.ready_fd)
+            slot.ready_fd = -1
+
     def _close_ready(self) -> None:
         for slot in self.slots:
-            if slot.ready_fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(slot.ready_fd)
-                slot.ready_fd = -1
+            self._close_ready_fd(slot)
 
     def _forward(self, signum: int) -> None:
         for slot in self.slots:
@@ -226,9 +229,7 @@ class Supervisor:
     def _reap(self, slot: _Slot) -> None:
         assert slot.proc is not None
         self._check_ready(slot)  # a child may say it is ready and die before the loop reads it
-        if slot.ready_fd >= 0:  # still open elsewhere (a process it started?): it said nothing
-            os.close(slot.ready_fd)
-            slot.ready_fd = -1
+        self._close_ready_fd(slot)  # still open elsewhere (a process it started?): it said nothing
         code = slot.proc.returncode
         pid = slot.proc.pid
         uptime = time.monotonic() - slot.started
