@@ -17,7 +17,6 @@ conflict, as the scheduler does; the rest of the range is enqueued.
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,18 +24,16 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
-from firesafe.errors import IdempotencyConflict, InvalidInput
-from firesafe.idempotency.keys import fingerprint, payload_json
+from firesafe.errors import InvalidInput
+from firesafe.schedules.scheduler import enqueue_keeping_stored
 from firesafe.schedules.store import NewEvent
 from firesafe.schedules.windows import local_instant
 from firesafe.states import State
 
 if TYPE_CHECKING:
     from firesafe.app import App
-    from firesafe.models import Job
     from firesafe.schedules.schedule import Schedule
 
-log = logging.getLogger("firesafe.schedules")
 
 RERUN_POLICIES = ("none", "failed", "all")
 #: Windows per enqueue transaction.
@@ -242,7 +239,7 @@ def _classify_dry(app: App, result: BackfillResult, items: list[dict[str, Any]])
 def _apply(app: App, schedule: Schedule, result: BackfillResult, items: list[dict[str, Any]],
            chunk: list[tuple[int, int]], actor: str) -> list[float]:
     """Enqueue a chunk; re-run what the policy asks. Returns the window starts now enqueued or re-run."""
-    jobs = _enqueue_skipping_conflicts(app, schedule, items)
+    jobs = enqueue_keeping_stored(schedule, items)
     resolved: list[float] = []
     for job, item, window in zip(jobs, items, chunk, strict=True):
         if job is None:
@@ -265,40 +262,6 @@ def _apply(app: App, schedule: Schedule, result: BackfillResult, items: list[dic
         else:
             _count_skip(result, job.state)
     return resolved
-
-
-def _enqueue_skipping_conflicts(app: App, schedule: Schedule, items: list[dict[str, Any]]) -> list[Job | None]:
-    """Enqueue windows, each at most once. A window whose key is stored with other bounds (or for
-    another job) keeps its stored job and is None here, logged as the scheduler does; the others are
-    enqueued all the same."""
-    conflicts: set[str] = set()
-    while True:
-        todo = [item for item in items if item["key"] not in conflicts]
-        try:
-            jobs = iter(schedule.job.enqueue_many(todo))
-        except IdempotencyConflict as exc:
-            if not any(item["key"] == exc.key for item in todo):  # not one of these windows
-                raise
-            found = _conflicting(app, schedule, todo) | {exc.key}  # exc.key: each round skips one more
-            for key in sorted(found):
-                log.warning("schedule %s: window %s exists with other bounds (was the expression changed?); "
-                            "kept the stored one", schedule.name, key)
-            conflicts |= found
-            continue
-        return [None if item["key"] in conflicts else next(jobs) for item in items]
-
-
-def _conflicting(app: App, schedule: Schedule, items: list[dict[str, Any]]) -> set[str]:
-    """The keys among ``items`` stored with another fingerprint (other bounds, or another job's)."""
-    stored = app.store.schedule_window_states([item["key"] for item in items])
-    out = set()
-    for item in items:
-        if item["key"] in stored:
-            job = app.store.job_get(item["key"])
-            want = fingerprint(schedule.name, payload_json(item["args"], {}, limit=None)[0])
-            if job is not None and job.fingerprint != want:
-                out.add(item["key"])
-    return out
 
 
 def _note(result: BackfillResult, key: str) -> None:

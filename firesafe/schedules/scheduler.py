@@ -23,6 +23,7 @@ from firesafe.schedules.store import AdvanceParams, MissedWindow, NewEvent, Sche
 
 if TYPE_CHECKING:
     from firesafe.app import App
+    from firesafe.models import Job
     from firesafe.schedules.schedule import Schedule
 
 log = logging.getLogger("firesafe.schedules")
@@ -180,20 +181,27 @@ def enqueue_windows(app: App, schedule: Schedule, bounds: list[tuple[int, int]])
     """Enqueue windows (idempotent per window); returns how many were new."""
     created = 0
     for i in range(0, len(bounds), CHUNK):
-        items = schedule.items(bounds[i:i + CHUNK])
-        try:
-            jobs = schedule.job.enqueue_many(items)
-        except IdempotencyConflict:
-            # A window stored with other bounds (the expression changed): keep the stored one.
-            jobs = []
-            for item in items:
-                try:
-                    jobs.append(schedule.job.enqueue(*item["args"], key=item["key"]))
-                except IdempotencyConflict:
-                    log.warning("schedule %s: window %s exists with other bounds (was the expression "
-                                "changed?); kept the stored one", schedule.name, item["key"])
-        created += sum(j.created for j in jobs)
+        jobs = enqueue_keeping_stored(schedule, schedule.items(bounds[i:i + CHUNK]))
+        created += sum(j is not None and j.created for j in jobs)
     return created
+
+
+def enqueue_keeping_stored(schedule: Schedule, items: list[dict[str, Any]]) -> list[Job | None]:
+    """Enqueue windows, each at most once; the job of each item, or None for a window whose key is
+    stored with other bounds (the expression changed) or for another job: the stored one is kept
+    and a warning logged, and the other windows are enqueued all the same."""
+    try:
+        return list(schedule.job.enqueue_many(items))
+    except IdempotencyConflict:  # rare: take the batch one window at a time
+        jobs: list[Job | None] = []
+        for item in items:
+            try:
+                jobs.append(schedule.job.enqueue(*item["args"], key=item["key"]))
+            except IdempotencyConflict:
+                log.warning("schedule %s: window %s exists with other bounds (was the expression "
+                            "changed?); kept the stored one", schedule.name, item["key"])
+                jobs.append(None)
+        return jobs
 
 
 def missed_events(schedule: Schedule, plan: Plan) -> list[NewEvent]:
