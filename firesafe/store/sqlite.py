@@ -366,11 +366,6 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
             "token": token, "now": now, "lease": params.lease, "worker": params.worker,
             "queues": json.dumps(list(params.queues)), "limit": params.limit,
         })
-        if rows:
-            c.executemany(Q["attempt_open"], [
-                {"job_id": r["id"], "seq": r["runs"], "attempt": r["attempt"], "worker": params.worker,
-                 "now": now} for r in rows
-            ])
         return [Claimed(Job.from_row(r), token) for r in rows]
 
     def _finish(self, c: sqlite3.Connection, items: Sequence[FinishParams], now: float) -> list[bool]:
@@ -383,7 +378,7 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
                 ok = c.execute(Q["job_finish"], p).rowcount == 1
                 if ok:
                     c.execute(Q["attempt_close"], {
-                        "job_id": it.job_id, "seq": it.seq, "outcome": str(it.outcome),
+                        "job_id": it.job_id, "seq": it.seq, "given_back": it.given_back, "outcome": str(it.outcome),
                         "error_type": it.error_type, "message": it.message, "traceback": it.traceback,
                         "detail": it.detail, "now": now})
                 applied.append(ok)
@@ -418,7 +413,7 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
                     "reason": it.reason, "message": it.message, "now": now}).rowcount == 1
                 if ok:
                     c.execute(Q["attempt_close"], {
-                        "job_id": it.job_id, "seq": it.seq, "outcome": str(Outcome.LOST),
+                        "job_id": it.job_id, "seq": it.seq, "given_back": 0, "outcome": str(Outcome.LOST),
                         "error_type": "WorkerLost", "message": it.message, "traceback": None,
                         "detail": None, "now": now})
                 applied.append(ok)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from firesafe import App, Retention, State
 from firesafe.states import Outcome
@@ -172,3 +173,79 @@ def test_suspects_are_claimed_only_when_asked_for(app: App, clock) -> None:
     assert [x.job.key for x in store.job_claim(ClaimParams(("default",), 10, "w", 30.0))] == ["clean"]
     assert [x.job.key for x in store.job_claim(ClaimParams(("default",), 10, "w", 30.0, suspects=True))] == [
         "suspect"]
+
+
+def test_a_running_attempt_is_in_the_trace_until_its_entry_is_written_at_the_end(app: App, clock) -> None:
+    """An attempt's entry is written once, when it ends; while it runs the trace shows it from the job."""
+    work = declare(app)
+    work.enqueue(1, key="k")
+    store = app.store
+    t0 = clock.now()
+    [c] = store.job_claim(ClaimParams(("default",), 1, "w1", 30.0))
+    clock.advance(5)
+    [running] = app.get("k").trace
+    assert (running.seq, running.attempt, running.worker, running.outcome, running.ended_at) == (
+        1, 1, "w1", None, None)
+    assert running.started_at.timestamp() == t0
+    assert ("work", "running", 1) in store.attempt_counts()
+    # A deferral gives the attempt back (the job's count drops to 0); its entry keeps attempt 1.
+    assert store.job_finish_many([FinishParams(c.job.id, c.token, c.job.runs, State.SCHEDULED, Outcome.DEFERRED,
+                                               delay=0.0, given_back=1, error_type="Busy")]) == [True]
+    [deferred] = app.get("k").trace
+    assert (deferred.seq, deferred.attempt, deferred.worker, deferred.outcome, deferred.error_type) == (
+        1, 1, "w1", "deferred", "Busy")
+    assert (deferred.started_at.timestamp(), deferred.ended_at.timestamp()) == (t0, t0 + 5)
+    assert ("work", "running", 1) not in store.attempt_counts()
+    clock.advance(1)
+    [again] = store.job_claim(ClaimParams(("default",), 1, "w2", 30.0))
+    assert (again.job.attempt, again.job.runs) == (1, 2)
+    clock.advance(2)
+    store.job_finish_many([FinishParams(again.job.id, again.token, 2, State.SUCCEEDED, Outcome.SUCCEEDED,
+                                        result="1")])
+    trace = app.get("k").trace
+    assert [(a.seq, a.attempt, a.worker, a.outcome) for a in trace] == [
+        (1, 1, "w1", "deferred"), (2, 1, "w2", "succeeded")]
+    assert (trace[1].started_at.timestamp(), trace[1].ended_at.timestamp()) == (t0 + 6, t0 + 8)
+    assert sorted(store.attempt_counts()) == [("work", "deferred", 1), ("work", "succeeded", 1)]
+
+
+def _open_entry_as_before(app: App, job_id: int, seq: int, worker: str, at: float) -> None:
+    """What a claim by a firesafe before schema version 9 wrote: an open trace entry."""
+    sql = ("INSERT INTO firesafe_attempts (job_id, seq, attempt, worker, started_at) "
+           "VALUES ({p}, {p}, 1, {p}, {p})")
+    store: Any = app.store
+    if store.dialect == "sqlite":
+        with store._tx() as c:
+            c.execute(sql.format(p="?"), (job_id, seq, worker, at))
+    else:
+        with store._conn() as c:
+            c.execute(sql.replace("firesafe_attempts", f"{store.schema}.firesafe_attempts").format(p="%s"),
+                      (job_id, seq, worker, at))
+
+
+def test_entries_an_earlier_firesafe_opened_at_the_claim_are_completed_not_doubled(app: App, clock) -> None:
+    work = declare(app)
+    work.enqueue(1, key="finished")
+    work.enqueue(2, key="lost")
+    store = app.store
+    t0 = clock.now()
+    claimed = {c.job.key: c for c in store.job_claim(ClaimParams(("default",), 2, "w1", 30.0))}
+    for c in claimed.values():
+        _open_entry_as_before(app, c.job.id, c.job.runs, "older-worker", t0 - 1)
+    [shown] = app.get("finished").trace  # the open entry, not a second one from the job's row
+    assert (shown.worker, shown.outcome, shown.started_at.timestamp()) == ("older-worker", None, t0 - 1)
+    assert store.attempt_counts() == [("work", "running", 2)]
+    c = claimed["finished"]
+    assert store.job_finish_many([FinishParams(c.job.id, c.token, c.job.runs, State.SUCCEEDED,
+                                               Outcome.SUCCEEDED, result="1")]) == [True]
+    [done] = app.get("finished").trace
+    assert (done.worker, done.outcome, done.started_at.timestamp()) == ("older-worker", "succeeded", t0 - 1)
+    clock.advance(31)
+    from firesafe.store.base import RescueParams
+
+    [expired] = store.job_list_expired(10)
+    assert store.job_rescue_many([RescueParams(expired.id, expired.token, expired.runs, State.SCHEDULED, 0.0,
+                                               None, "lost")]) == [True]
+    [lost] = app.get("lost").trace
+    assert (lost.worker, lost.outcome, lost.error_type) == ("older-worker", "lost", "WorkerLost")
+    assert sorted(store.attempt_counts()) == [("work", "lost", 1), ("work", "succeeded", 1)]

@@ -122,9 +122,9 @@ SELECT * FROM {schema}.firesafe_jobs WHERE key = %(key)s;
 
 -- name: job_claim
 -- Claim up to :limit runnable jobs of the given queues for one attempt each, under one lease token.
+-- The attempt's trace entry is written when it ends (see job_finish); started_at notes its start.
 -- PostgreSQL differs: FOR UPDATE SKIP LOCKED lets concurrent workers claim disjoint rows without
--- waiting on each other (SQLite has one writer at a time), and the attempts are opened in the same
--- statement (attempt_open's work), so a claim is one atomic round trip. One index scan per queue
+-- waiting on each other (SQLite has one writer at a time), so a claim is one atomic round trip. One index scan per queue
 -- (LATERAL) reads the runnable index in (run_at, id) order and stops after :limit rows; "queue =
 -- ANY(...)" instead would sort every runnable row of the queues on every claim. {limit} is written
 -- into the text as a number (one prepared statement per batch size): a plan made once for every
@@ -147,13 +147,10 @@ picked AS (
 claimed AS (
     UPDATE {schema}.firesafe_jobs j
     SET state = 'running', lease_token = %(token)s, lease_expires = c.now + %(lease)s::float8,
-        worker = %(worker)s, attempt = j.attempt + 1, runs = j.runs + 1, updated_at = c.now
+        worker = %(worker)s, attempt = j.attempt + 1, runs = j.runs + 1, started_at = c.now, updated_at = c.now
     FROM picked p CROSS JOIN clock c
     WHERE j.id = p.id
-    RETURNING j.*),
-opened AS (
-    INSERT INTO {schema}.firesafe_attempts (job_id, seq, attempt, worker, started_at)
-    SELECT id, runs, attempt, worker, updated_at FROM claimed)
+    RETURNING j.*)
 SELECT * FROM claimed ORDER BY run_at, id;
 
 -- name: plan_generic
@@ -164,16 +161,10 @@ SELECT * FROM claimed ORDER BY run_at, id;
 -- primary key, and the claim's row limit is a number in its text (see job_claim).
 SET LOCAL plan_cache_mode = force_generic_plan;
 
--- name: attempt_open
--- Open the trace entry of a claimed attempt. (On PostgreSQL job_claim does this in the same statement.)
-INSERT INTO {schema}.firesafe_attempts (job_id, seq, attempt, worker, started_at)
-VALUES (%(job_id)s, %(seq)s, %(attempt)s, %(worker)s,
-        coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8));
-
 -- name: job_finish
 -- End running attempts: each applies only if its job is still running under its lease token (fencing).
 -- PostgreSQL differs: the batch is one statement over arrays; it returns the ids that applied (the
--- row count per item) and closes their trace entries (attempt_close's work) in the same statement.
+-- row count per item) and writes their trace entries (attempt_close's work) in the same statement.
 WITH clock AS MATERIALIZED (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
 f AS MATERIALIZED (
@@ -196,22 +187,34 @@ done AS (
         updated_at = c.now
     FROM f CROSS JOIN clock c
     WHERE j.id = f.job_id AND j.state = 'running' AND j.lease_token = f.token
-    RETURNING j.id),
+    RETURNING j.id, j.attempt, j.worker, j.started_at),
 closed AS (
-    UPDATE {schema}.firesafe_attempts a
-    SET ended_at = c.now, outcome = f.outcome, error_type = f.error_type, message = f.message,
-        traceback = f.traceback, detail = f.detail
+    INSERT INTO {schema}.firesafe_attempts AS a (job_id, seq, attempt, worker, started_at, ended_at, outcome,
+                                                 error_type, message, traceback, detail)
+    SELECT f.job_id, f.seq, d.attempt + f.given_back, d.worker, coalesce(d.started_at, c.now), c.now,
+           f.outcome, f.error_type, f.message, f.traceback, f.detail
     FROM f JOIN done d ON d.id = f.job_id CROSS JOIN clock c
-    WHERE a.job_id = f.job_id AND a.seq = f.seq AND a.outcome IS NULL)
+    ON CONFLICT (job_id, seq) DO UPDATE
+    SET ended_at = excluded.ended_at, outcome = excluded.outcome, error_type = excluded.error_type,
+        message = excluded.message, traceback = excluded.traceback, detail = excluded.detail
+    WHERE a.outcome IS NULL)
 SELECT id FROM done;
 
 -- name: attempt_close
--- Close an attempt's trace entry with its outcome. (On PostgreSQL job_finish and job_rescue do this.)
-UPDATE {schema}.firesafe_attempts
-SET ended_at = coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8),
-    outcome = %(outcome)s, error_type = %(error_type)s, message = %(message)s,
-    traceback = %(traceback)s, detail = %(detail)s
-WHERE job_id = %(job_id)s AND seq = %(seq)s AND outcome IS NULL;
+-- Write the trace entry of an attempt that ended, from its job's row (who ran it, since when) and its
+-- outcome; :given_back is how much the end took back from the job's attempt count. An entry an earlier
+-- firesafe opened at the claim is completed instead. (On PostgreSQL job_finish and job_rescue do this.)
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now)
+INSERT INTO {schema}.firesafe_attempts AS a (job_id, seq, attempt, worker, started_at, ended_at, outcome,
+                                             error_type, message, traceback, detail)
+SELECT j.id, %(seq)s, j.attempt + %(given_back)s, j.worker, coalesce(j.started_at, c.now), c.now,
+       %(outcome)s, %(error_type)s, %(message)s, %(traceback)s, %(detail)s
+FROM {schema}.firesafe_jobs j CROSS JOIN clock c WHERE j.id = %(job_id)s
+ON CONFLICT (job_id, seq) DO UPDATE
+SET ended_at = excluded.ended_at, outcome = excluded.outcome, error_type = excluded.error_type,
+    message = excluded.message, traceback = excluded.traceback, detail = excluded.detail
+WHERE a.outcome IS NULL;
 
 -- name: job_heartbeat
 -- Extend running attempts' leases where still held; tells whether a cancel was asked for.
@@ -257,13 +260,17 @@ moved AS (
         updated_at = c.now
     FROM target t JOIN r ON r.job_id = t.id CROSS JOIN clock c
     WHERE j.id = t.id AND j.state = 'running' AND j.lease_token = r.token AND j.lease_expires < c.now
-    RETURNING j.id),
+    RETURNING j.id, j.attempt, j.worker, j.started_at),
 closed AS (
-    UPDATE {schema}.firesafe_attempts a
-    SET ended_at = c.now, outcome = 'lost', error_type = 'WorkerLost', message = r.message,
-        traceback = NULL, detail = NULL
+    INSERT INTO {schema}.firesafe_attempts AS a (job_id, seq, attempt, worker, started_at, ended_at, outcome,
+                                                 error_type, message, traceback, detail)
+    SELECT r.job_id, r.seq, m.attempt, m.worker, coalesce(m.started_at, c.now), c.now, 'lost', 'WorkerLost',
+           r.message, NULL, NULL
     FROM moved m JOIN r ON r.job_id = m.id CROSS JOIN clock c
-    WHERE a.job_id = r.job_id AND a.seq = r.seq AND a.outcome IS NULL)
+    ON CONFLICT (job_id, seq) DO UPDATE
+    SET ended_at = excluded.ended_at, outcome = excluded.outcome, error_type = excluded.error_type,
+        message = excluded.message, traceback = NULL, detail = NULL
+    WHERE a.outcome IS NULL)
 SELECT id FROM moved;
 
 -- name: job_replay
@@ -341,8 +348,17 @@ VALUES (%(job_id)s, coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp
         %(kind)s, %(actor)s, %(detail)s);
 
 -- name: attempts_of_job
--- The trace of one job, oldest first.
-SELECT * FROM {schema}.firesafe_attempts WHERE job_id = %(job_id)s ORDER BY seq;
+-- The trace of one job, oldest first. An attempt still running has no entry yet (it is written when
+-- the attempt ends): it is shown from the job's row, open (no end, no outcome).
+SELECT job_id, seq, attempt, worker, started_at, ended_at, outcome, error_type, message, traceback, detail
+FROM {schema}.firesafe_attempts WHERE job_id = %(job_id)s
+UNION ALL
+SELECT j.id, j.runs, j.attempt, j.worker, coalesce(j.started_at, j.updated_at), NULL, NULL, NULL, NULL, NULL,
+       NULL
+FROM {schema}.firesafe_jobs j
+WHERE j.id = %(job_id)s AND j.state = 'running'
+  AND NOT EXISTS (SELECT 1 FROM {schema}.firesafe_attempts a WHERE a.job_id = j.id AND a.seq = j.runs)
+ORDER BY seq;
 
 -- name: events_of_job
 -- The events of one job, oldest first.

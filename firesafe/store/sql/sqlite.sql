@@ -37,6 +37,7 @@ SELECT * FROM firesafe_jobs WHERE key = :key;
 
 -- name: job_claim
 -- Claim up to :limit runnable jobs of the given queues for one attempt each, under one lease token.
+-- The attempt's trace entry is written when it ends (see attempt_close); started_at notes its start.
 -- INDEXED BY: without statistics SQLite's planner picks firesafe_jobs_finished (state, ...) here,
 -- which visits and sorts every waiting row, so each claim cost O(backlog) (6 ms at 20,000 waiting);
 -- the partial runnable index (queue, run_at) keeps a claim under 0.3 ms at any backlog. The store
@@ -44,7 +45,7 @@ SELECT * FROM firesafe_jobs WHERE key = :key;
 -- lost, firesafe_jobs_suspects and "lost > 0" for suspects (an index that holds only them).
 UPDATE firesafe_jobs
 SET state = 'running', lease_token = :token, lease_expires = :now + :lease, worker = :worker,
-    attempt = attempt + 1, runs = runs + 1, updated_at = :now
+    attempt = attempt + 1, runs = runs + 1, started_at = :now, updated_at = :now
 WHERE id IN (
     SELECT id FROM firesafe_jobs INDEXED BY {index}
     WHERE state IN ('queued', 'scheduled') AND run_at <= :now
@@ -53,10 +54,6 @@ WHERE id IN (
     ORDER BY run_at, id
     LIMIT :limit)
 RETURNING *;
-
--- name: attempt_open
--- Open the trace entry of a claimed attempt.
-INSERT INTO firesafe_attempts (job_id, seq, attempt, worker, started_at) VALUES (:job_id, :seq, :attempt, :worker, :now);
 
 -- name: job_finish
 -- End a running attempt: only if the job is still running under this lease token (fencing).
@@ -72,11 +69,19 @@ SET state = :state, lease_token = NULL, lease_expires = NULL,
 WHERE id = :job_id AND state = 'running' AND lease_token = :token;
 
 -- name: attempt_close
--- Close an attempt's trace entry with its outcome.
-UPDATE firesafe_attempts
-SET ended_at = :now, outcome = :outcome, error_type = :error_type, message = :message,
-    traceback = :traceback, detail = :detail
-WHERE job_id = :job_id AND seq = :seq AND outcome IS NULL;
+-- Write the trace entry of an attempt that ended, from its job's row (who ran it, since when) and its
+-- outcome; :given_back is how much the end took back from the job's attempt count. One write per
+-- attempt: nothing is written for it at the claim. An entry an earlier firesafe opened at the claim
+-- is completed instead.
+INSERT INTO firesafe_attempts (job_id, seq, attempt, worker, started_at, ended_at, outcome, error_type,
+                               message, traceback, detail)
+SELECT id, :seq, attempt + :given_back, worker, coalesce(started_at, :now), :now, :outcome, :error_type,
+       :message, :traceback, :detail
+FROM firesafe_jobs WHERE id = :job_id
+ON CONFLICT (job_id, seq) DO UPDATE
+SET ended_at = excluded.ended_at, outcome = excluded.outcome, error_type = excluded.error_type,
+    message = excluded.message, traceback = excluded.traceback, detail = excluded.detail
+WHERE outcome IS NULL;
 
 -- name: job_heartbeat
 -- Extend a running attempt's lease if it still holds it; tells whether a cancel was asked for.
@@ -126,8 +131,17 @@ UPDATE firesafe_jobs SET cancel_requested = 1, updated_at = :now WHERE id = :job
 INSERT INTO firesafe_events (job_id, at, kind, actor, detail) VALUES (:job_id, :now, :kind, :actor, :detail);
 
 -- name: attempts_of_job
--- The trace of one job, oldest first.
-SELECT * FROM firesafe_attempts WHERE job_id = :job_id ORDER BY seq;
+-- The trace of one job, oldest first. An attempt still running has no entry yet (it is written when
+-- the attempt ends): it is shown from the job's row, open (no end, no outcome).
+SELECT job_id, seq, attempt, worker, started_at, ended_at, outcome, error_type, message, traceback, detail
+FROM firesafe_attempts WHERE job_id = :job_id
+UNION ALL
+SELECT j.id, j.runs, j.attempt, j.worker, coalesce(j.started_at, j.updated_at), NULL, NULL, NULL, NULL, NULL,
+       NULL
+FROM firesafe_jobs j
+WHERE j.id = :job_id AND j.state = 'running'
+  AND NOT EXISTS (SELECT 1 FROM firesafe_attempts a WHERE a.job_id = j.id AND a.seq = j.runs)
+ORDER BY seq;
 
 -- name: events_of_job
 -- The events of one job, oldest first.

@@ -26,7 +26,13 @@ WHERE j.state IN ('queued', 'scheduled') AND j.run_at <= c.now
 GROUP BY j.queue ORDER BY j.queue;
 
 -- name: dash_attempt_counts
--- Attempts recorded in the store by job name and outcome ('running' while an attempt is open).
-SELECT j.name AS name, coalesce(a.outcome, 'running') AS outcome, count(*) AS n
-FROM {schema}.firesafe_attempts a JOIN {schema}.firesafe_jobs j ON j.id = a.job_id
+-- Attempts recorded in the store by job name and outcome, with the attempts running now as 'running'
+-- (their entries are written when they end: see attempts_of_job).
+SELECT name, outcome, count(*) AS n FROM (
+    SELECT j.name, coalesce(a.outcome, 'running') AS outcome
+    FROM {schema}.firesafe_attempts a JOIN {schema}.firesafe_jobs j ON j.id = a.job_id
+    UNION ALL
+    SELECT j.name, 'running' FROM {schema}.firesafe_jobs j
+    WHERE j.state = 'running'
+      AND NOT EXISTS (SELECT 1 FROM {schema}.firesafe_attempts a WHERE a.job_id = j.id AND a.seq = j.runs)) t
 GROUP BY 1, 2 ORDER BY 1, 2;

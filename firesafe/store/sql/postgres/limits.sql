@@ -72,7 +72,7 @@ WHERE id = %(job_id)s AND state = 'running' AND lease_token = %(token)s AND leas
 -- name: limiter_job_wait
 -- Give running attempts back to wait for a limiter: scheduled at their turns, the attempts not used
 -- and not counted as deferrals; fenced on the lease token. PostgreSQL differs: the batch is one
--- statement over arrays that also closes the trace entries (limiter_attempt_wait's work) and returns
+-- statement over arrays that also writes the trace entries (limiter_attempt_wait's work) and returns
 -- the ids that applied.
 WITH w AS MATERIALIZED (
     SELECT * FROM unnest(%(job_id)s::bigint[], %(token)s::text[], %(seq)s::int[], %(delay)s::float8[],
@@ -87,22 +87,32 @@ moved AS (
         updated_at = %(now)s::float8
     FROM w
     WHERE j.id = w.job_id AND j.state = 'running' AND j.lease_token = w.token
-    RETURNING j.id),
+    RETURNING j.id, j.attempt, j.worker, j.started_at),
 closed AS (
-    UPDATE {schema}.firesafe_attempts a
-    SET ended_at = %(now)s::float8, outcome = 'deferred', error_type = w.error_type, message = w.message,
-        traceback = w.traceback, detail = w.detail
+    INSERT INTO {schema}.firesafe_attempts AS a (job_id, seq, attempt, worker, started_at, ended_at, outcome,
+                                                 error_type, message, traceback, detail)
+    SELECT w.job_id, w.seq, m.attempt + 1, m.worker, coalesce(m.started_at, %(now)s::float8), %(now)s::float8,
+           'deferred', w.error_type, w.message, w.traceback, w.detail
     FROM w JOIN moved m ON m.id = w.job_id
-    WHERE a.job_id = w.job_id AND a.seq = w.seq AND a.outcome IS NULL)
+    ON CONFLICT (job_id, seq) DO UPDATE
+    SET ended_at = excluded.ended_at, outcome = excluded.outcome, error_type = excluded.error_type,
+        message = excluded.message, traceback = excluded.traceback, detail = excluded.detail
+    WHERE a.outcome IS NULL)
 SELECT id FROM moved;
 
 -- name: limiter_attempt_wait
--- Close the trace entry of an attempt given back to wait for a limiter. (On PostgreSQL limiter_job_wait
--- does this in the same statement.)
-UPDATE {schema}.firesafe_attempts
-SET ended_at = %(now)s::float8, outcome = 'deferred', error_type = %(error_type)s, message = %(message)s,
-    traceback = %(traceback)s, detail = %(detail)s
-WHERE job_id = %(job_id)s AND seq = %(seq)s AND outcome IS NULL;
+-- Write the trace entry of an attempt given back to wait for a limiter (the job's attempt count was
+-- taken back by one), or complete one an earlier firesafe opened. (On PostgreSQL limiter_job_wait does
+-- this in the same statement.)
+INSERT INTO {schema}.firesafe_attempts AS a (job_id, seq, attempt, worker, started_at, ended_at, outcome,
+                                             error_type, message, traceback, detail)
+SELECT j.id, %(seq)s, j.attempt + 1, j.worker, coalesce(j.started_at, %(now)s::float8), %(now)s::float8,
+       'deferred', %(error_type)s, %(message)s, %(traceback)s, %(detail)s
+FROM {schema}.firesafe_jobs j WHERE j.id = %(job_id)s
+ON CONFLICT (job_id, seq) DO UPDATE
+SET ended_at = excluded.ended_at, outcome = excluded.outcome, error_type = excluded.error_type,
+    message = excluded.message, traceback = excluded.traceback, detail = excluded.detail
+WHERE a.outcome IS NULL;
 
 -- name: limiter_jobs_release
 -- Resume: bring the jobs waiting for a limiter forward, one spacing apart from now, in their order.

@@ -21,7 +21,13 @@ FROM firesafe_jobs WHERE state IN ('queued', 'scheduled') AND run_at <= :now
 GROUP BY queue ORDER BY queue;
 
 -- name: dash_attempt_counts
--- Attempts recorded in the store by job name and outcome ('running' while an attempt is open).
-SELECT j.name AS name, coalesce(a.outcome, 'running') AS outcome, count(*) AS n
-FROM firesafe_attempts a JOIN firesafe_jobs j ON j.id = a.job_id
+-- Attempts recorded in the store by job name and outcome, with the attempts running now as 'running'
+-- (their entries are written when they end: see attempts_of_job).
+SELECT name, outcome, count(*) AS n FROM (
+    SELECT j.name AS name, coalesce(a.outcome, 'running') AS outcome
+    FROM firesafe_attempts a JOIN firesafe_jobs j ON j.id = a.job_id
+    UNION ALL
+    SELECT j.name, 'running' FROM firesafe_jobs j
+    WHERE j.state = 'running'
+      AND NOT EXISTS (SELECT 1 FROM firesafe_attempts a WHERE a.job_id = j.id AND a.seq = j.runs))
 GROUP BY 1, 2 ORDER BY 1, 2;
