@@ -33,7 +33,7 @@ MAX_TRACEBACK = 8000
 MAX_RESULT_BYTES = 1024 * 1024
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # read-only by convention: built once an attempt, and frozen would cost 6x
 class AttemptResult:
     error: BaseException | None
     value: Any = None
