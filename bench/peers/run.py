@@ -1,6 +1,6 @@
 """Peers, side by side: the same workloads through firesafe and the libraries users pick instead.
 
-    make bench-peers                          # the full run (11-17 minutes here), writes docs/benchmarks.md
+    make bench-peers                          # the full run, writes docs/benchmarks.md
     python bench/peers/run.py --quick         # N = 1,000 and shorter phases (about 5 minutes), no docs
     python bench/peers/run.py --only firesafe-sqlite,huey-sqlite --quick
 
@@ -14,6 +14,9 @@ temporary folder. Workloads, for each library (one at a time, so none slows anot
 1. enqueue N jobs one at a time, then drain them with ONE worker process;
 2. enqueue N jobs in bulk (where the library has a bulk enqueue; else one at a time again), then
    drain them with TWO worker processes (rates run from the first job's start to the last one's end);
+   each drain is run ``--repeat`` times (3 by default, 1 with --quick), each time in a new store,
+   and the median rate is reported (one drain of 10,000 jobs lasts a second or two, and two such
+   runs on a shared 2-CPU machine can differ by 15%);
 3. enqueue-to-start latency on an idle worker, p50 and p99 (each job enqueued 50-650 ms after the
    previous one ran, so polling workers are sampled at every phase of their poll);
 4. the worker's resident memory after draining N jobs (VmRSS from /proc, with its child processes).
@@ -362,7 +365,9 @@ def report(info: dict[str, Any], bench: dict[str, dict[str, Any]], recov: dict[s
     lines = [
         f"Measured {info['date']} with `{info['command']}`: N = {args.jobs:,} jobs per enqueue mode, "
         f"recovery {args.recovery_jobs} jobs of {args.sleep * 1000:.0f} ms, window {args.window:.0f} s, "
-        f"drains capped at {args.drain_timeout:.0f} s.",
+        f"drains capped at {args.drain_timeout:.0f} s"
+        + (f"; each drain figure is the median of {args.repeat} runs (every run's rate is in the raw "
+           "figures)." if args.repeat > 1 else "."),
         "",
         f"Machine: {info['nproc']} CPUs ({info['cpu']}), {info['ram']} RAM, disk {info['disk']}, "
         f"Linux {info['kernel']}; Python {info['python']}, SQLite {info['sqlite']}, "
@@ -418,8 +423,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--docs", action=argparse.BooleanOptionalAction, default=None,
                    help="write docs/benchmarks.md (default: on for a full run of every row)")
     p.add_argument("--upgrade", action="store_true", help="reinstall the libraries at their newest versions")
+    p.add_argument("--repeat", type=int, metavar="K",
+                   help="run each drain K times, each in a new store, and report the median rate (default 3; "
+                        "1 with --quick)")
     args = p.parse_args(argv)
     args.jobs = args.jobs or (1_000 if args.quick else 10_000)
+    args.repeat = args.repeat or (1 if args.quick else 3)
+    if args.repeat < 1:
+        raise SystemExit("--repeat takes a count of 1 or more")
     args.samples = 20 if args.quick else 100
     args.latency_seconds = 6.0 if args.quick else 20.0
     args.drain_timeout = 20.0 if args.quick else 60.0
@@ -456,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 argv_t = ["bench", "--jobs", str(args.jobs), "--samples", str(args.samples),
                           "--latency-seconds", str(args.latency_seconds), "--drain-timeout", str(args.drain_timeout),
-                          *t.extra]
+                          "--repeat", str(args.repeat), *t.extra]
             res = run_driver(t, argv_t, work, prefix, timeout=900)
             res["load"] = before
             if "error" in res:
