@@ -7,6 +7,24 @@ import click
 from firesafe.cli._common import check_port, fail, safe_url
 from firesafe.cli._loader import load_app
 
+#: ``--public-url`` and ``--forwarded-allow-ips``: for the dashboard, and for ``firesafe serve`` beside it.
+public_url_option = click.option(
+    "--public-url", metavar="URL", default=None,
+    help="The address browsers use when a reverse proxy publishes the dashboard "
+         "(https://ops.example.com): replays, discards and backfills must come from that origin, "
+         "and the CSRF cookie is Secure when it is https. Anything but a loopback host needs a token.")
+forwarded_allow_ips_option = click.option(
+    "--forwarded-allow-ips", metavar="IPS", default=None,
+    help="Comma-separated addresses or networks of the reverse proxies whose X-Forwarded-Proto "
+         "(the scheme) and X-Forwarded-For (the client, recorded as the actor) are believed. "
+         "Default: none, and those headers are ignored.")
+
+
+def behind(origin: str | None, proxies: list[str] | None) -> str:
+    """How the start-up line describes the proxy settings (empty without them)."""
+    return "".join([f"; published at {origin}" if origin else "",
+                    f"; proxy headers from {', '.join(proxies)}" if proxies else ""])
+
 
 @click.command()
 @click.argument("target", metavar="MODULE:APP")
@@ -17,14 +35,8 @@ from firesafe.cli._loader import load_app
               help="Require this token from every client (bearer token, or the password of basic auth); "
                    "else $FIRESAFE_DASHBOARD_TOKEN. NAME is recorded as the actor of replays and discards. "
                    "Prefer the variable: a --token value shows in the process list.")
-@click.option("--public-url", metavar="URL", default=None,
-              help="The address browsers use when a reverse proxy publishes the dashboard "
-                   "(https://ops.example.com): replays, discards and backfills must come from that origin, "
-                   "and the CSRF cookie is Secure when it is https. Anything but a loopback host needs a token.")
-@click.option("--forwarded-allow-ips", metavar="IPS", default=None,
-              help="Comma-separated addresses or networks of the reverse proxies whose X-Forwarded-Proto "
-                   "(the scheme) and X-Forwarded-For (the client, recorded as the actor) are believed. "
-                   "Default: none, and those headers are ignored.")
+@public_url_option
+@forwarded_allow_ips_option
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               default="info", show_default=True)
 def dashboard(target: str, host: str, port: int, token: str | None, public_url: str | None,
@@ -64,9 +76,7 @@ def dashboard(target: str, host: str, port: int, token: str | None, public_url: 
         raise fail(f"no firesafe store at {safe_url(app.store_url)} (run firesafe migrate)")
     shown = f"[{host}]" if ":" in host else host
     auth = f"token required{f' (actor {tok.name})' if tok and tok.name else ''}" if tok else "no token: loopback only"
-    behind = "".join([f"; published at {origin}" if origin else "",
-                      f"; proxy headers from {', '.join(proxies)}" if proxies else ""])
-    click.echo(f"firesafe dashboard for {target} on http://{shown}:{port}/ ({auth}{behind}); "
+    click.echo(f"firesafe dashboard for {target} on http://{shown}:{port}/ ({auth}{behind(origin, proxies)}); "
                f"store {safe_url(app.store_url)}", err=True)
     serve(app, host=host, port=port, token=tok, log_level=log_level.lower(), public_url=public_url,
           forwarded_allow_ips=proxies)

@@ -20,6 +20,7 @@ from firesafe.cli._common import (
     safe_url,
     store_option,
 )
+from firesafe.cli._dashboard import behind, forwarded_allow_ips_option, public_url_option
 from firesafe.cli._loader import load_app
 from firesafe.cli._render import when
 from firesafe.clock import to_datetime
@@ -35,42 +36,55 @@ from firesafe.masking import mask, mask_text
 @click.option("--token", metavar="[NAME:]SECRET", default=None,
               help="The dashboard's token (else $FIRESAFE_DASHBOARD_TOKEN); /events/ paths do not use it.")
 @click.option("--no-dashboard", is_flag=True, help="Serve only POST /events/{source}.")
+@public_url_option
+@forwarded_allow_ips_option
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               default="info", show_default=True)
-def serve(target: str, host: str, port: int, token: str | None, no_dashboard: bool, log_level: str) -> None:
+def serve(target: str, host: str, port: int, token: str | None, no_dashboard: bool, public_url: str | None,
+          forwarded_allow_ips: str | None, log_level: str) -> None:
     """Receive webhooks for MODULE:APP at POST /events/{source}, beside the dashboard.
 
     Each source is configured in the app with app.event_source(NAME, ...) (how to read the event id
     and type, how to verify the request). A request is answered 2xx only after its event is durably
     stored; the handler runs later in the workers. Unverified or malformed requests get a 4xx and
     store nothing; a store fault gets 503 so the sender delivers again. The same server answers the
-    dashboard's pages (firesafe dashboard), unless --no-dashboard.
+    dashboard's pages (firesafe dashboard), unless --no-dashboard; behind a TLS reverse proxy, give
+    --public-url (and --forwarded-allow-ips), as for firesafe dashboard.
 
     \b
     Examples:
       firesafe serve myapp:app
       firesafe serve myapp:app --no-dashboard --host 0.0.0.0 --port 8080
       FIRESAFE_DASHBOARD_TOKEN=ops:$(cat /run/secrets/dash) firesafe serve myapp:app --host 0.0.0.0
+      FIRESAFE_DASHBOARD_TOKEN=ops:$(cat /run/secrets/dash) firesafe serve myapp:app \\
+          --public-url https://ops.example.com --forwarded-allow-ips 127.0.0.1
     """
     import uvicorn
 
+    from firesafe.dashboard.security import check_public, parse_forwarded_allow_ips
+    from firesafe.dashboard.server import uvicorn_config
     from firesafe.inbox.http import create_app, create_server_app
 
-    tok = None
+    tok = origin = None
+    if no_dashboard and public_url:
+        raise fail("--public-url is the dashboard's address: it has no use with --no-dashboard")
     if not no_dashboard:
         from firesafe.dashboard.server import check_bind, resolve_token
 
         tok = resolve_token(token)
         check_bind(host, tok)
+        origin = check_public(public_url, tok)
+    proxies = parse_forwarded_allow_ips(forwarded_allow_ips)
     check_port(host, port)
     app = load_app(target)
     if not app.inbox.sources:
         raise fail(f"{target} declares no event source: add app.event_source(\"NAME\", ...) first")
     app.store.migrate()
-    asgi = create_app(app) if no_dashboard else create_server_app(app, tok)
+    asgi = create_app(app) if no_dashboard else create_server_app(app, tok, public_url=public_url)
     click.echo(f"firesafe serve for {target} on http://{host}:{port}/ (events at /events/"
-               f"{{{','.join(app.inbox.sources)}}}); store {safe_url(app.store_url)}", err=True)
-    uvicorn.run(asgi, host=host, port=port, log_level=log_level.lower())
+               f"{{{','.join(app.inbox.sources)}}}{behind(origin, proxies)}); store {safe_url(app.store_url)}",
+               err=True)
+    uvicorn.Server(uvicorn_config(asgi, host, port, log_level.lower(), True, proxies)).run()
 
 
 def _amqp_url(ctx: click.Context, param: click.Parameter, value: str) -> str:

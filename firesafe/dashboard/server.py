@@ -39,7 +39,7 @@ def check_bind(host: str, token: Token | None) -> None:
             f"could replay or discard jobs. Pass --token (or set ${TOKEN_ENV}), or bind 127.0.0.1")
 
 
-def _config(asgi: Any, host: str, port: int, log_level: str, access_log: bool,
+def uvicorn_config(asgi: Any, host: str, port: int, log_level: str, access_log: bool,
             forwarded_allow_ips: str | list[str] | None = None) -> Any:
     """uvicorn's settings. Proxy headers are believed only from ``forwarded_allow_ips`` (none by
     default): from them, ``X-Forwarded-Proto`` sets the scheme and ``X-Forwarded-For`` the client."""
@@ -67,7 +67,7 @@ def serve(app: Any, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, token: s
     tok = token if isinstance(token, Token) or token is None else parse_token(token)
     check_bind(host, tok)
     asgi = create_app(app, tok, public_url=public_url)
-    uvicorn.Server(_config(asgi, host, port, log_level, access_log, forwarded_allow_ips)).run()
+    uvicorn.Server(uvicorn_config(asgi, host, port, log_level, access_log, forwarded_allow_ips)).run()
 
 
 class BackgroundServer:
@@ -81,7 +81,7 @@ class BackgroundServer:
         import uvicorn
 
         self.host = host
-        self.server = uvicorn.Server(_config(asgi, host, port, log_level, access_log=False,
+        self.server = uvicorn.Server(uvicorn_config(asgi, host, port, log_level, access_log=False,
                                              forwarded_allow_ips=forwarded_allow_ips))
         self.thread = threading.Thread(target=self.server.run, name="firesafe-dashboard", daemon=True)
         self.url = ""

@@ -124,14 +124,15 @@ def create_app(app: App) -> Starlette:
     return Starlette(routes=event_routes(app))
 
 
-def create_server_app(app: App, token: str | None = None) -> Starlette:
+def create_server_app(app: App, token: str | None = None, *, public_url: str | None = None) -> Starlette:
     """The dashboard's ASGI app with ``POST /events/{source}`` added (what ``firesafe serve`` runs).
 
     The event paths skip the dashboard's token and CSRF checks: each source verifies its own
-    requests (a signature or a bearer token).
+    requests (a signature or a bearer token). ``public_url`` is the dashboard's, as in
+    :func:`firesafe.dashboard.create_app`.
     """
     from firesafe.dashboard import create_app as dashboard
 
-    web = dashboard(app, token, public_prefixes=["/events/"])
+    web = dashboard(app, token, public_prefixes=["/events/"], public_url=public_url)
     web.router.routes[:0] = event_routes(app)
     return web

@@ -45,11 +45,13 @@ class Running:
 
 
 @contextmanager
-def dashboard(args: list[str], directory: Path, timeout: float = 20, **env: str) -> Iterator[Running]:
-    """Start `firesafe dashboard ARGS --port 0`; yields once uvicorn says where it listens."""
-    log = directory / "dashboard.log"
+def dashboard(args: list[str], directory: Path, timeout: float = 20, command: str = "dashboard",
+              **env: str) -> Iterator[Running]:
+    """Start `firesafe dashboard ARGS --port 0` (or another command serving HTTP, such as `serve`);
+    yields once uvicorn says where it listens."""
+    log = directory / f"{command}.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "firesafe", "dashboard", *args, "--port", "0"],
+        proc = subprocess.Popen([sys.executable, "-m", "firesafe", command, *args, "--port", "0"],
                                 cwd=directory, env=env_for(directory, **env), stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
     try:
@@ -60,9 +62,9 @@ def dashboard(args: list[str], directory: Path, timeout: float = 20, **env: str)
             if m:
                 break
             if proc.poll() is not None:
-                raise AssertionError(f"firesafe dashboard exited with {proc.returncode}:\n{text}")
+                raise AssertionError(f"firesafe {command} exited with {proc.returncode}:\n{text}")
             if time.monotonic() > deadline:
-                raise AssertionError(f"firesafe dashboard did not start within {timeout}s:\n{text}")
+                raise AssertionError(f"firesafe {command} did not start within {timeout}s:\n{text}")
             time.sleep(0.05)
         yield Running(proc, f"http://127.0.0.1:{m.group(2)}", log)
     finally:

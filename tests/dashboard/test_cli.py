@@ -133,3 +133,47 @@ def test_proxy_options_are_checked_before_starting(tmp_path: Path) -> None:
         assert r.returncode == 1 and why in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
     with dashboard([target, "--public-url", "https://localhost:8443"], tmp_path) as d:  # loopback: no token
         assert httpx.get(d.url + "/healthz", timeout=10).status_code == 200
+
+
+SERVE_APP = """
+from firesafe.inbox import Bearer
+from tests.dashboard.appdef import make_app
+
+app, fix = make_app({url!r})
+app.event_source("crm", verify=Bearer("a-long-enough-source-token"))
+"""
+
+
+def test_serve_takes_the_same_proxy_options_as_the_dashboard(tmp_path: Path) -> None:
+    """`firesafe serve` answers the dashboard's pages too: behind a TLS proxy it needs the same
+    --public-url and --forwarded-allow-ips, checked the same way before it starts."""
+    _populated(tmp_path)
+    (tmp_path / "serveapp.py").write_text(SERVE_APP.format(url=f"sqlite:///{tmp_path}/jobs.db"))
+    for args, env, why in [(["--public-url", "https://ops.example.com"], {}, "needs a token"),
+                           (["--public-url", "https://ops.example.com", "--no-dashboard"], {}, "no use with"),
+                           (["--forwarded-allow-ips", "*"], {}, "addresses of your proxies")]:
+        r = run(["serve", "serveapp:app", *args, "--port", "0"], tmp_path, **env)
+        assert r.returncode == 1 and why in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    secret = TOKEN.split(":", 1)[1]
+    public = "https://ops.example.com"
+    # The proxy passes the browser's Host on and says nothing of the scheme: only --public-url tells
+    # the https origin; it names the client in X-Forwarded-For, believed from 127.0.0.1 only.
+    browser = {"host": "ops.example.com", "sec-fetch-site": "same-origin", "x-forwarded-for": "198.51.100.7"}
+    with dashboard(["serveapp:app", "--public-url", public, "--forwarded-allow-ips", "127.0.0.1"], tmp_path,
+                   command="serve", FIRESAFE_DASHBOARD_TOKEN=TOKEN) as d:
+        assert f"published at {public}; proxy headers from 127.0.0.1" in d.log.read_text()
+        with httpx.Client(base_url=d.url, timeout=10, auth=("ops", secret)) as c:
+            page = c.get("/dead", headers=browser)
+            assert page.status_code == 200 and "Secure" in page.headers["set-cookie"]
+            headers = {**browser, "cookie": f"firesafe_csrf={_cookie(page)}"}
+            form = {"csrf": re.search(r'name="csrf" value="(\w+)"', page.text).group(1),  # type: ignore[union-attr]
+                    "action": "replay", "scope": "keys", "key": "refund:r-0"}
+            refused = c.post("/dead/preview", data=form, headers={**headers, "origin": "https://evil.example"})
+            assert refused.status_code == 403 and "Origin does not match" in refused.text
+            preview = c.post("/dead/preview", data=form, headers={**headers, "origin": public})
+            assert preview.status_code == 200 and "Replay 1 job?" in preview.text
+            done = c.post("/dead/apply", data=form_of(preview.text), headers={**headers, "origin": public})
+            assert done.status_code == 200 and "ops (dashboard@198.51.100.7)" in done.text
+        event = httpx.post(d.url + "/events/crm", json={"id": "e-1", "type": "contact.created"}, timeout=10,
+                           headers={"authorization": "Bearer a-long-enough-source-token"})
+        assert event.status_code == 200 and event.json()["stored"], event.text
