@@ -32,7 +32,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import psycopg
@@ -152,6 +152,39 @@ def _where(url: str) -> str:
     port = f":{parts.port}" if parts.port else ""
     user = f"{parts.username}@" if parts.username else ""
     return f"postgresql://{user}{host}{port}{parts.path}"
+
+
+def _plan_changed(exc: BaseException) -> bool:
+    """A statement this connection prepared no longer fits its tables (SQLSTATE 0A000 is broader)."""
+    return isinstance(exc, psycopg.errors.FeatureNotSupported) and "cached plan must not change" in str(exc)
+
+
+_Item = TypeVar("_Item", FinishParams, RescueParams)
+
+
+def _once_each(items: Sequence[_Item]) -> Sequence[_Item]:
+    """The items of a batch without those naming a job an earlier item names. One statement cannot
+    write one attempt's trace entry twice; as on SQLite, the first item applies and the rest are
+    fenced (see :func:`_applied_per_item`)."""
+    if len({i.job_id for i in items}) == len(items):
+        return items
+    seen: set[int] = set()
+    first = []
+    for i in items:
+        if i.job_id not in seen:
+            seen.add(i.job_id)
+            first.append(i)
+    return first
+
+
+def _applied_per_item(items: Sequence[_Item], applied: set[int]) -> list[bool]:
+    """Per item of a batch, whether it applied: its job's statement did, and it is the job's first item."""
+    seen: set[int] = set()
+    out = []
+    for i in items:
+        out.append(i.job_id in applied and i.job_id not in seen)
+        seen.add(i.job_id)
+    return out
 
 
 def _first_line(exc: BaseException) -> str:
@@ -369,7 +402,20 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
         except PoolTimeout as exc:
             raise self._unreachable(exc) from exc
         except psycopg.Error as exc:
+            if _plan_changed(exc):
+                self._renew_connections()
             raise self._explain(exc) from exc
+
+    def _renew_connections(self) -> None:
+        """Replace every pooled connection (those in use when they come back). A table's columns
+        changed under this process (a newer firesafe migrated the schema): the statements each
+        connection prepared still return the old columns, and the server refuses to run them."""
+        pool = self._pool
+        if pool is not None:
+            try:
+                pool.drain()
+            except Exception as exc:  # pragma: no cover - best effort: the next failure tries again
+                log.debug("could not renew the pool's connections: %s", exc)
 
     def _unreachable(self, exc: Exception) -> StoreError:
         why = str(exc)
@@ -383,7 +429,10 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
 
     def _explain(self, exc: psycopg.Error) -> StoreError:
         text = _first_line(exc)
-        if isinstance(exc, (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)):
+        if _plan_changed(exc):
+            msg = (f"PostgreSQL store {self.where}: its tables changed under this process (a newer firesafe "
+                   f"migrated the schema?): {text}; its connections are renewed, so a retry works")
+        elif isinstance(exc, (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)):
             msg = (f"PostgreSQL store {self.where} has no firesafe tables yet ({text}); "
                    "run `firesafe migrate` (or open the App with auto_migrate=True)")
         elif isinstance(exc, psycopg.errors.TransactionRollback):  # deadlock, serialization failure
@@ -642,27 +691,28 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
         if not finishes:
             return [], self.job_claim(claim)
         token = uuid.uuid4().hex
-        params = self._finish_params(finishes)
+        once = _once_each(finishes)
+        params = self._finish_params(once)
         with self._conn() as c:
             # One round trip: BEGIN, generic plans (see plan_generic), the outcomes, their alerts (see
             # job_finish_many), the claim, COMMIT.
             with c.pipeline(), c.transaction():
                 c.execute(self.q["plan_generic"])
                 finished = c.execute(self.q["job_finish"], params)
-                self._outbox_dead(c, [i.job_id for i in finishes if i.state == State.DEAD], params["now"])
+                self._outbox_dead(c, [i.job_id for i in once if i.state == State.DEAD], params["now"])
                 claimed = c.execute(self._claim_sql(claim), self._claim_params(claim, token), binary=True)
             applied = {r["id"] for r in finished.fetchall()}
             rows = claimed.fetchall()
-        return [i.job_id in applied for i in finishes], [Claimed(Job.from_row(r), token) for r in rows]
+        return _applied_per_item(finishes, applied), [Claimed(Job.from_row(r), token) for r in rows]
 
     def job_finish_many(self, items: Sequence[FinishParams]) -> list[bool]:
         if not items:
             return []
         # Alerts: jobs going dead get their dead_letter event in the same transaction (invariant 4).
-        rows = self._write_with_outbox("job_finish", self._finish_params(items),
-                                       [i.job_id for i in items if i.state == State.DEAD])
-        applied = {r["id"] for r in rows}
-        return [i.job_id in applied for i in items]
+        once = _once_each(items)
+        rows = self._write_with_outbox("job_finish", self._finish_params(once),
+                                       [i.job_id for i in once if i.state == State.DEAD])
+        return _applied_per_item(items, {r["id"] for r in rows})
 
     def _finish_params(self, items: Sequence[FinishParams]) -> dict[str, Any]:
         return {
@@ -693,14 +743,14 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
     def job_rescue_many(self, items: Sequence[RescueParams]) -> list[bool]:
         if not items:
             return []
+        once = _once_each(items)
         rows = self._write_with_outbox("job_rescue", {
-            "job_id": _number_array([i.job_id for i in items]), "token": _text_array([i.token for i in items]),
-            "seq": _number_array([i.seq for i in items]), "state": _text_array([i.state for i in items]),
-            "delay": _number_array([i.delay for i in items]), "reason": _text_array([i.reason for i in items]),
-            "message": _text_array([i.message for i in items]), "now": self._now()},
-            [i.job_id for i in items if i.state == State.DEAD])  # alerts: see job_finish_many
-        applied = {r["id"] for r in rows}
-        return [i.job_id in applied for i in items]
+            "job_id": _number_array([i.job_id for i in once]), "token": _text_array([i.token for i in once]),
+            "seq": _number_array([i.seq for i in once]), "state": _text_array([i.state for i in once]),
+            "delay": _number_array([i.delay for i in once]), "reason": _text_array([i.reason for i in once]),
+            "message": _text_array([i.message for i in once]), "now": self._now()},
+            [i.job_id for i in once if i.state == State.DEAD])  # alerts: see job_finish_many
+        return _applied_per_item(items, {r["id"] for r in rows})
 
     @staticmethod
     def _filter_params(f: JobFilter) -> dict[str, Any]:

@@ -249,3 +249,28 @@ def test_entries_an_earlier_firesafe_opened_at_the_claim_are_completed_not_doubl
     [lost] = app.get("lost").trace
     assert (lost.worker, lost.outcome, lost.error_type) == ("older-worker", "lost", "WorkerLost")
     assert sorted(store.attempt_counts()) == [("work", "lost", 1), ("work", "succeeded", 1)]
+
+
+def test_a_batch_naming_one_attempt_twice_applies_it_once(app: App, clock) -> None:
+    work = declare(app)
+    work.enqueue(1, key="finished")
+    work.enqueue(2, key="lost")
+    store = app.store
+    claimed = {c.job.key: c for c in store.job_claim(ClaimParams(("default",), 2, "w", 30.0))}
+    c = claimed["finished"]
+    done = FinishParams(c.job.id, c.token, c.job.runs, State.SUCCEEDED, Outcome.SUCCEEDED, result="1")
+    assert store.job_finish_many([done, done]) == [True, False]
+    assert [a.outcome for a in app.get("finished").trace] == ["succeeded"]
+    clock.advance(31)
+    from firesafe.store.base import RescueParams
+
+    [e] = store.job_list_expired(10)
+    lost = RescueParams(e.id, e.token, e.runs, State.SCHEDULED, 0.0, None, "lost")
+    assert store.job_rescue_many([lost, lost]) == [True, False]
+    assert [a.outcome for a in app.get("lost").trace] == ["lost"]
+    clock.advance(1)
+    [again] = store.job_claim(ClaimParams(("default",), 1, "w", 30.0, suspects=True))
+    twice = FinishParams(again.job.id, again.token, again.job.runs, State.SUCCEEDED, Outcome.SUCCEEDED, result="2")
+    applied, _ = store.job_finish_and_claim([twice, twice], ClaimParams(("default",), 1, "w", 30.0))
+    assert applied == [True, False]
+    assert [a.outcome for a in app.get("lost").trace] == ["lost", "succeeded"]

@@ -282,3 +282,31 @@ def test_partial_indexes_are_usable_by_their_queries(pg: Pg, kind: str, index: s
         assert "Seq Scan on firesafe_jobs" not in plan, plan
     finally:
         store.close()
+
+
+def test_a_process_recovers_when_a_migration_changes_a_table_under_it(pg: Pg) -> None:
+    """A newer firesafe adds a column while this process runs: the statements its connections
+    prepared return the old columns and the server refuses them. The process renews its
+    connections at the first refusal, which is one clear StoreError; the calls after it work."""
+    store = PostgresStore(pg.url, pool_min=2, pool_max=2)
+    store.migrate()
+    app = App(store)
+
+    @app.job()
+    def work(ctx, n: int) -> int:
+        return n
+
+    work.enqueue(1, key="k")
+    for _ in range(20):  # psycopg prepares a statement from its 5th execution on a connection
+        assert store.job_get("k") is not None
+    with pg.admin() as conn:
+        conn.execute(f'ALTER TABLE "{pg.schema}".firesafe_jobs ADD COLUMN added_later integer')
+    failures = []
+    for _ in range(6):
+        try:
+            assert store.job_get("k").key == "k"
+        except StoreError as exc:
+            failures.append(str(exc))
+    assert len(failures) <= 1, failures
+    assert all("changed under this process" in f and "a retry works" in f for f in failures), failures
+    app.close()
