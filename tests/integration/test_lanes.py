@@ -162,7 +162,9 @@ def test_one_listen_connection_wakes_every_loop(store_url: str) -> None:
         try:
             wait_until(lambda: all(w._wake.is_set() is False for w in runner.workers)
                        and listening(worker_app) == 1, 10, "the loops idle, one LISTEN connection")
-            step.enqueue_many([{"args": [i], "key": f"n{i}"} for i in range(8)])  # one NOTIFY
+            # One NOTIFY. The jobs take a while: the loop holding the listener cannot run them all
+            # before the other, woken with it, claims some (no-op jobs made that a race).
+            step.enqueue_many([{"args": [i, 0.3], "key": f"n{i}"} for i in range(8)])
             wait_until(lambda: all(worker_app.get(f"n{i}").state == State.SUCCEEDED for i in range(8)), 5,
                        "the notification to wake the loops")
             assert listening(worker_app) == 1
