@@ -354,7 +354,7 @@ def drains(peer: Peer, log: Log, tag: str, n: int, processes: int, args: argpars
     (set up again, so no run drains a table the runs before it left dead rows in) on a backlog
     enqueued in bulk: the result of the run with the median rate (the lower one of an even count),
     with every run's rate under ``rates``. One drain of 10,000 jobs lasts a second or two, and on a
-    shared 2-CPU machine two such runs can differ by 15%."""
+    shared 2-CPU machine two such runs can differ by a quarter."""
     runs: list[dict[str, Any]] = []
     for r in range(args.repeat):
         name = tag if r == 0 else f"{tag}.{r}"

@@ -16,7 +16,7 @@ temporary folder. Workloads, for each library (one at a time, so none slows anot
    drain them with TWO worker processes (rates run from the first job's start to the last one's end);
    each drain is run ``--repeat`` times (3 by default, 1 with --quick), each time in a new store,
    and the median rate is reported (one drain of 10,000 jobs lasts a second or two, and two such
-   runs on a shared 2-CPU machine can differ by 15%);
+   runs on a shared 2-CPU machine can differ by a quarter);
 3. enqueue-to-start latency on an idle worker, p50 and p99 (each job enqueued 50-650 ms after the
    previous one ran, so polling workers are sampled at every phase of their poll);
 4. the worker's resident memory after draining N jobs (VmRSS from /proc, with its child processes).

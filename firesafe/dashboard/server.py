@@ -40,7 +40,7 @@ def check_bind(host: str, token: Token | None) -> None:
 
 
 def uvicorn_config(asgi: Any, host: str, port: int, log_level: str, access_log: bool,
-            forwarded_allow_ips: str | list[str] | None = None) -> Any:
+                   forwarded_allow_ips: str | list[str] | None = None) -> Any:
     """uvicorn's settings. Proxy headers are believed only from ``forwarded_allow_ips`` (none by
     default): from them, ``X-Forwarded-Proto`` sets the scheme and ``X-Forwarded-For`` the client."""
     import uvicorn
@@ -82,7 +82,7 @@ class BackgroundServer:
 
         self.host = host
         self.server = uvicorn.Server(uvicorn_config(asgi, host, port, log_level, access_log=False,
-                                             forwarded_allow_ips=forwarded_allow_ips))
+                                                    forwarded_allow_ips=forwarded_allow_ips))
         self.thread = threading.Thread(target=self.server.run, name="firesafe-dashboard", daemon=True)
         self.url = ""
 

@@ -36,8 +36,8 @@ class LimitsSQLite(LimitsStore):
         applied: set[int] = set()
         for w in waits:
             p = {**w, "now": now}
-            if c.execute(q["limiter_job_wait"], p).rowcount == 1:
-                c.execute(q["limiter_attempt_wait"], p)
+            if c.execute(q["limiter_job_wait"], p).rowcount == 1:  # it took the attempt back: given_back 1
+                c.execute(q["attempt_close"], {**p, "given_back": 1, "outcome": "deferred"})
                 applied.add(w["job_id"])
         return applied
 

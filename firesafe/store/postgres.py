@@ -162,29 +162,23 @@ def _plan_changed(exc: BaseException) -> bool:
 _Item = TypeVar("_Item", FinishParams, RescueParams)
 
 
-def _once_each(items: Sequence[_Item]) -> Sequence[_Item]:
-    """The items of a batch without those naming a job an earlier item names. One statement cannot
-    write one attempt's trace entry twice; as on SQLite, the first item applies and the rest are
-    fenced (see :func:`_applied_per_item`)."""
-    if len({i.job_id for i in items}) == len(items):
-        return items
+def _once_each(items: Sequence[_Item]) -> tuple[Sequence[_Item], list[bool]]:
+    """The items of a batch without those naming a job an earlier item names, and per item whether
+    it is its job's first. One statement cannot write one attempt's trace entry twice; as on SQLite,
+    the first item applies and the rest are fenced (see :func:`_applied_per_item`)."""
     seen: set[int] = set()
-    first = []
+    firsts = []
     for i in items:
-        if i.job_id not in seen:
-            seen.add(i.job_id)
-            first.append(i)
-    return first
-
-
-def _applied_per_item(items: Sequence[_Item], applied: set[int]) -> list[bool]:
-    """Per item of a batch, whether it applied: its job's statement did, and it is the job's first item."""
-    seen: set[int] = set()
-    out = []
-    for i in items:
-        out.append(i.job_id in applied and i.job_id not in seen)
+        firsts.append(i.job_id not in seen)
         seen.add(i.job_id)
-    return out
+    if all(firsts):
+        return items, firsts
+    return [i for i, first in zip(items, firsts, strict=True) if first], firsts
+
+
+def _applied_per_item(items: Sequence[_Item], firsts: list[bool], applied: set[int]) -> list[bool]:
+    """Per item of a batch, whether it applied: it is its job's first item, and the job's statement did."""
+    return [first and i.job_id in applied for i, first in zip(items, firsts, strict=True)]
 
 
 def _first_line(exc: BaseException) -> str:
@@ -691,7 +685,7 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
         if not finishes:
             return [], self.job_claim(claim)
         token = uuid.uuid4().hex
-        once = _once_each(finishes)
+        once, firsts = _once_each(finishes)
         params = self._finish_params(once)
         with self._conn() as c:
             # One round trip: BEGIN, generic plans (see plan_generic), the outcomes, their alerts (see
@@ -703,16 +697,16 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
                 claimed = c.execute(self._claim_sql(claim), self._claim_params(claim, token), binary=True)
             applied = {r["id"] for r in finished.fetchall()}
             rows = claimed.fetchall()
-        return _applied_per_item(finishes, applied), [Claimed(Job.from_row(r), token) for r in rows]
+        return _applied_per_item(finishes, firsts, applied), [Claimed(Job.from_row(r), token) for r in rows]
 
     def job_finish_many(self, items: Sequence[FinishParams]) -> list[bool]:
         if not items:
             return []
         # Alerts: jobs going dead get their dead_letter event in the same transaction (invariant 4).
-        once = _once_each(items)
+        once, firsts = _once_each(items)
         rows = self._write_with_outbox("job_finish", self._finish_params(once),
                                        [i.job_id for i in once if i.state == State.DEAD])
-        return _applied_per_item(items, {r["id"] for r in rows})
+        return _applied_per_item(items, firsts, {r["id"] for r in rows})
 
     def _finish_params(self, items: Sequence[FinishParams]) -> dict[str, Any]:
         return {
@@ -743,14 +737,14 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
     def job_rescue_many(self, items: Sequence[RescueParams]) -> list[bool]:
         if not items:
             return []
-        once = _once_each(items)
+        once, firsts = _once_each(items)
         rows = self._write_with_outbox("job_rescue", {
             "job_id": _number_array([i.job_id for i in once]), "token": _text_array([i.token for i in once]),
             "seq": _number_array([i.seq for i in once]), "state": _text_array([i.state for i in once]),
             "delay": _number_array([i.delay for i in once]), "reason": _text_array([i.reason for i in once]),
             "message": _text_array([i.message for i in once]), "now": self._now()},
             [i.job_id for i in once if i.state == State.DEAD])  # alerts: see job_finish_many
-        return _applied_per_item(items, {r["id"] for r in rows})
+        return _applied_per_item(items, firsts, {r["id"] for r in rows})
 
     @staticmethod
     def _filter_params(f: JobFilter) -> dict[str, Any]:

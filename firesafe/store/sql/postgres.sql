@@ -124,11 +124,11 @@ SELECT * FROM {schema}.firesafe_jobs WHERE key = %(key)s;
 -- Claim up to :limit runnable jobs of the given queues for one attempt each, under one lease token.
 -- The attempt's trace entry is written when it ends (see job_finish); started_at notes its start.
 -- PostgreSQL differs: FOR UPDATE SKIP LOCKED lets concurrent workers claim disjoint rows without
--- waiting on each other (SQLite has one writer at a time), so a claim is one atomic round trip. One index scan per queue
--- (LATERAL) reads the runnable index in (run_at, id) order and stops after :limit rows; "queue =
--- ANY(...)" instead would sort every runnable row of the queues on every claim. {limit} is written
--- into the text as a number (one prepared statement per batch size): a plan made once for every
--- execution (finish-and-claim runs it under a generic plan, see the store) then knows it fetches
+-- waiting on each other (SQLite has one writer at a time), so a claim is one atomic round trip. One
+-- index scan per queue (LATERAL) reads the runnable index in (run_at, id) order and stops after :limit
+-- rows; "queue = ANY(...)" instead would sort every runnable row of the queues on every claim. {limit}
+-- is written into the text as a number (one prepared statement per batch size): a plan made once for
+-- every execution (finish-and-claim runs it under a generic plan, see the store) then knows it fetches
 -- a few rows, so it keeps the ordered index scan whatever the backlog. {lost} is "j.lost = 0" for a
 -- claim of jobs never lost, "j.lost > 0" for suspects (their own partial index, nearly empty).
 WITH clock AS MATERIALIZED (

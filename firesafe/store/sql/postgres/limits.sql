@@ -72,7 +72,7 @@ WHERE id = %(job_id)s AND state = 'running' AND lease_token = %(token)s AND leas
 -- name: limiter_job_wait
 -- Give running attempts back to wait for a limiter: scheduled at their turns, the attempts not used
 -- and not counted as deferrals; fenced on the lease token. PostgreSQL differs: the batch is one
--- statement over arrays that also writes the trace entries (limiter_attempt_wait's work) and returns
+-- statement over arrays that also writes the trace entries (attempt_close's work) and returns
 -- the ids that applied.
 WITH w AS MATERIALIZED (
     SELECT * FROM unnest(%(job_id)s::bigint[], %(token)s::text[], %(seq)s::int[], %(delay)s::float8[],
@@ -99,20 +99,6 @@ closed AS (
         message = excluded.message, traceback = excluded.traceback, detail = excluded.detail
     WHERE a.outcome IS NULL)
 SELECT id FROM moved;
-
--- name: limiter_attempt_wait
--- Write the trace entry of an attempt given back to wait for a limiter (the job's attempt count was
--- taken back by one), or complete one an earlier firesafe opened. (On PostgreSQL limiter_job_wait does
--- this in the same statement.)
-INSERT INTO {schema}.firesafe_attempts AS a (job_id, seq, attempt, worker, started_at, ended_at, outcome,
-                                             error_type, message, traceback, detail)
-SELECT j.id, %(seq)s, j.attempt + 1, j.worker, coalesce(j.started_at, %(now)s::float8), %(now)s::float8,
-       'deferred', %(error_type)s, %(message)s, %(traceback)s, %(detail)s
-FROM {schema}.firesafe_jobs j WHERE j.id = %(job_id)s
-ON CONFLICT (job_id, seq) DO UPDATE
-SET ended_at = excluded.ended_at, outcome = excluded.outcome, error_type = excluded.error_type,
-    message = excluded.message, traceback = excluded.traceback, detail = excluded.detail
-WHERE a.outcome IS NULL;
 
 -- name: limiter_jobs_release
 -- Resume: bring the jobs waiting for a limiter forward, one spacing apart from now, in their order.

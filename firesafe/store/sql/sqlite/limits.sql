@@ -73,19 +73,6 @@ SET state = 'scheduled', lease_token = NULL, lease_expires = NULL, run_at = :now
     updated_at = :now
 WHERE id = :job_id AND state = 'running' AND lease_token = :token;
 
--- name: limiter_attempt_wait
--- Write the trace entry of an attempt given back to wait for a limiter (limiter_job_wait took the
--- job's attempt count back by one), or complete one an earlier firesafe opened at the claim.
-INSERT INTO firesafe_attempts (job_id, seq, attempt, worker, started_at, ended_at, outcome, error_type,
-                               message, traceback, detail)
-SELECT id, :seq, attempt + 1, worker, coalesce(started_at, :now), :now, 'deferred', :error_type, :message,
-       :traceback, :detail
-FROM firesafe_jobs WHERE id = :job_id
-ON CONFLICT (job_id, seq) DO UPDATE
-SET ended_at = excluded.ended_at, outcome = excluded.outcome, error_type = excluded.error_type,
-    message = excluded.message, traceback = excluded.traceback, detail = excluded.detail
-WHERE outcome IS NULL;
-
 -- name: limiter_jobs_release
 -- Resume: bring the jobs waiting for a limiter forward, one spacing apart from now, in their order.
 UPDATE firesafe_jobs
