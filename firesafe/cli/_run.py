@@ -30,6 +30,32 @@ def parse_queues(text: str | None) -> tuple[str, ...]:
     return tuple(check_name(q, "queue name") for q in queues)
 
 
+class _LeaseEnder:
+    """The supervisor's ``on_gone``: ends the leases of a worker process that exited, on a store
+    connection of the supervisor's own, opened at the first use (most runs never need it)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.store: Any = None
+        self.lock = threading.Lock()
+
+    def __call__(self, prefix: str) -> int:
+        from firesafe.store import open_store
+
+        with self.lock:
+            if self.store is None:
+                self.store = open_store(self.app.store_url, self.app._clock, **self.app._store_options)
+            return int(self.store.worker_process_gone(prefix))
+
+    def close(self) -> None:
+        if self.lock.acquire(timeout=1.0):  # not behind a call the store holds up
+            try:
+                if self.store is not None:
+                    self.store.close()
+            finally:
+                self.lock.release()
+
+
 def _watch_parent(worker: Any) -> None:
     """In a supervised child: stop gracefully if the supervisor goes away (killed with SIGKILL)."""
     from firesafe.worker.supervisor import SUPERVISOR_PID_ENV
@@ -123,7 +149,11 @@ def worker(target: str, queues: str | None, concurrency: int, prefetch: int | No
             command.append("--burst")
         if wait_scheduled:
             command.append("--wait-scheduled")
-        code = Supervisor(command, processes, burst=burst).run()
+        ender = _LeaseEnder(app)
+        try:
+            code = Supervisor(command, processes, burst=burst, on_gone=ender).run()
+        finally:
+            ender.close()
         raise SystemExit(code)
 
     w = app._runner(queue_list or None, lanes, concurrency=concurrency, burst=burst,

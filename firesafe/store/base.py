@@ -178,6 +178,15 @@ class Store(abc.ABC):
         """Record expired attempts as ``lost`` and move their jobs on; fenced on token and expiry."""
 
     @abc.abstractmethod
+    def worker_process_gone(self, prefix: str) -> int:
+        """A worker process has exited (its supervisor reaped it): end now the leases of the attempts
+        it held, so the next rescue takes them back instead of waiting for the leases to run out, give
+        up the leader leases its workers held (the isolation of suspects above all: its attempts are
+        suspects now) and forget its workers. ``prefix`` is how its worker ids begin (``worker_id_prefix`` in
+        firesafe/worker/worker.py). Returns how many leases ended. Only for a process known to be
+        gone, with nothing it started still running (see firesafe/worker/supervisor.py)."""
+
+    @abc.abstractmethod
     def job_list(self, filt: JobFilter) -> list[Job]:
         """Jobs matching a filter, newest first."""
 
@@ -248,6 +257,15 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release connections."""
+
+
+def check_worker_prefix(prefix: str) -> None:
+    """A prefix naming one worker process's ids, ``"<host>:<pid>:<tag>."`` (see ``worker_id_prefix``
+    in firesafe/worker/worker.py); anything shorter, ``""`` above all, would match other workers."""
+    host, _, rest = prefix.partition(":")
+    pid, _, tag = rest.partition(":")
+    if not (host and pid.isdigit() and len(tag) > 1 and tag.endswith(".")):
+        raise ValueError(f"not the id prefix of one worker process ('<host>:<pid>:<tag>.'): {prefix!r}")
 
 
 def dedupe_batch(items: Sequence[InsertParams]) -> list[InsertParams]:

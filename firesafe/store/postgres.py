@@ -65,6 +65,7 @@ from firesafe.store.base import (
     RescueParams,
     Store,
     check_existing,
+    check_worker_prefix,
     dedupe_batch,
     in_batch_order,
 )
@@ -733,6 +734,14 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
         rows = self._read("job_list_expired", {"now": self._now(), "limit": limit})
         return [Expired(r["id"], r["name"], r["lease_token"], r["attempt"], r["max_attempts"], r["deferrals"],
                         r["lost"], r["runs"], bool(r["cancel_requested"])) for r in rows]
+
+    def worker_process_gone(self, prefix: str) -> int:
+        check_worker_prefix(prefix)
+        with self._conn() as c, c.transaction():
+            ended = c.execute(self.q["job_expire_process"], {"prefix": prefix, "now": self._now()}).rowcount
+            c.execute(self.q["worker_remove_process"], {"prefix": prefix})
+            c.execute(self.q["leader_release_process"], {"prefix": prefix})
+        return ended
 
     def job_rescue_many(self, items: Sequence[RescueParams]) -> list[bool]:
         if not items:

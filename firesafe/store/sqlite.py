@@ -41,6 +41,7 @@ from firesafe.store.base import (
     RescueParams,
     Store,
     check_existing,
+    check_worker_prefix,
     dedupe_batch,
     in_batch_order,
 )
@@ -402,6 +403,14 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
         rows = self._read("job_list_expired", {"now": self.now(), "limit": limit})
         return [Expired(r["id"], r["name"], r["lease_token"], r["attempt"], r["max_attempts"], r["deferrals"],
                         r["lost"], r["runs"], bool(r["cancel_requested"])) for r in rows]
+
+    def worker_process_gone(self, prefix: str) -> int:
+        check_worker_prefix(prefix)
+        with self._tx() as c:
+            ended = c.execute(Q["job_expire_process"], {"prefix": prefix, "now": self.now()}).rowcount
+            c.execute(Q["worker_remove_process"], {"prefix": prefix})
+            c.execute(Q["leader_release_process"], {"prefix": prefix})
+        return ended
 
     def job_rescue_many(self, items: Sequence[RescueParams]) -> list[bool]:
         now = self.now()

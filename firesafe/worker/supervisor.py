@@ -15,9 +15,17 @@ tells the two ways a child dies apart:
   configuration is wrong): after ``max_startup_failures`` such exits in a row the supervisor stops
   everything and fails, instead of crash-looping forever;
 - one that dies after it is ready died while working, most likely killed by a job (a segfault, an
-  ``os._exit``, the OOM killer). Its jobs are rescued as ``lost`` when their leases expire and go dead
-  after a few losses (docs/guarantees.md #5), so it is restarted however often that happens, with a
-  bounded backoff: giving up would stop every other job too.
+  ``os._exit``, the OOM killer). Its jobs are rescued as ``lost`` (below: without waiting for their
+  leases) and go dead after a few losses (docs/guarantees.md #5), so it is restarted however often
+  that happens, with a bounded backoff: giving up would stop every other job too.
+
+A child that exits without a clean stop may leave attempts running in the store, under leases that
+nobody renews any more. The supervisor knows that process is gone: once nothing of it is left (no
+process remains in its process group, where the subprocesses its jobs start also run), it ends those
+leases at once (``on_gone``), so the attempts are rescued as ``lost`` within seconds instead of when
+the leases would have run out (30 s by default). Each child it starts gets a tag of its own
+(``WORKER_TAG_ENV``) that its worker ids carry, so it names exactly that child's workers, never those
+of a later process given the same pid.
 """
 
 from __future__ import annotations
@@ -27,13 +35,17 @@ import logging
 import os
 import select
 import signal
+import socket
 import subprocess
+import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from firesafe.retries.backoff import Backoff
+from firesafe.worker.worker import WORKER_TAG_ENV, worker_id_prefix
 
 log = logging.getLogger("firesafe.supervisor")
 
@@ -98,6 +110,18 @@ class _Slot:
     restarts: int = 0
     finished: bool = False
     returncode: int | None = None
+    tag: str = ""  # the running child's worker tag (WORKER_TAG_ENV)
+
+
+@dataclass
+class _Gone:
+    """A child that exited without a clean stop, whose leases are still to end."""
+
+    slot: int
+    pid: int
+    code: int | None
+    prefix: str  # how its worker ids begin
+    waiting_noted: bool = False  # logged once that processes of its group still run
 
 
 class Supervisor:
@@ -109,11 +133,16 @@ class Supervisor:
     counted from 1 again once a child lived ``stable_after`` seconds) however often it dies; it
     gives up, stopping every child and failing, only after ``max_startup_failures`` children of
     one slot in a row exited before they were ready; it returns only when no child is left running.
+    With ``on_gone``, a child that exited with another code than 0 has ``on_gone(prefix)`` called
+    once nothing of it runs any more (its process group is empty), on a thread of its own (a slow
+    store does not hold the supervisor up): the store ends the leases of the workers whose ids begin
+    with ``prefix`` (``Store.worker_process_gone``) and returns how many.
     """
 
     def __init__(self, command: Sequence[str], processes: int, *, burst: bool = False,
                  env: Mapping[str, str] | None = None, restart_backoff: Backoff | None = None,
-                 stable_after: float = 5.0, max_startup_failures: int = 5, check_interval: float = 1.0) -> None:
+                 stable_after: float = 5.0, max_startup_failures: int = 5, check_interval: float = 1.0,
+                 on_gone: Callable[[str], int] | None = None) -> None:
         if processes < 1:
             raise ValueError("processes must be >= 1")
         self.command = list(command)
@@ -131,6 +160,15 @@ class Supervisor:
         self._received: list[int] = []  # signals received, not yet forwarded
         self._stopping = False
         self._failed = False
+        self.on_gone = on_gone
+        self._host = socket.gethostname()
+        self._gone: list[_Gone] = []  # exited children whose leases are still to end
+        self._ending: list[threading.Thread] = []
+
+    #: How often a child gone whose process group still has members is looked at again (seconds).
+    GONE_CHECK = 0.2
+    #: How long the supervisor, returning, waits for the leases of children gone to be ended (seconds).
+    GONE_WAIT = 10.0
 
     # -- signals ---------------------------------------------------------------------------------
     def _poke(self) -> None:
@@ -164,6 +202,7 @@ class Supervisor:
         env = dict(self.env)
         env[SUPERVISOR_PID_ENV] = str(os.getpid())
         env["FIRESAFE_WORKER_SLOT"] = str(slot.index)
+        slot.tag = env[WORKER_TAG_ENV] = uuid.uuid4().hex[:8]
         read_end, write_end = os.pipe()  # neither is inherited by the other children
         try:
             os.set_blocking(read_end, False)
@@ -236,6 +275,8 @@ class Supervisor:
         slot.proc = None
         slot.returncode = code
         extra = {"slot": slot.index, "child_pid": pid, "returncode": code}
+        if code != 0 and self.on_gone is not None:  # it may have left attempts under leases nobody renews
+            self._gone.append(_Gone(slot.index, pid, code, worker_id_prefix(self._host, pid, slot.tag)))
         if self._stopping:
             log.info("worker process %d (pid %d) exited with %s", slot.index, pid, exit_text(code), extra=extra)
             slot.finished = True
@@ -267,6 +308,40 @@ class Supervisor:
         slot.restart_at = time.monotonic() + delay
         slot.restarts += 1
 
+    def _settle_gone(self) -> None:
+        """End the leases of the children gone whose process group is empty now."""
+        for gone in list(self._gone):
+            try:
+                os.killpg(gone.pid, 0)
+            except ProcessLookupError:  # nothing of it runs: no attempt of it can still have effects
+                self._gone.remove(gone)
+                thread = threading.Thread(target=self._end_leases, args=(gone,), daemon=True,
+                                          name=f"firesafe-gone-{gone.pid}")
+                self._ending.append(thread)
+                thread.start()
+                continue
+            except OSError:  # a process of its group runs as another user: still running
+                pass
+            if not gone.waiting_noted:
+                gone.waiting_noted = True
+                log.warning("worker process %d (pid %d) exited but processes it started still run (its "
+                            "process group); its leases end once they have exited, or when they run out",
+                            gone.slot, gone.pid, extra={"slot": gone.slot, "child_pid": gone.pid})
+
+    def _end_leases(self, gone: _Gone) -> None:
+        assert self.on_gone is not None
+        extra = {"slot": gone.slot, "child_pid": gone.pid}
+        try:
+            ended = self.on_gone(gone.prefix)
+        except Exception as exc:  # the store is down: the leases run out as usual
+            log.warning("could not end the leases of worker process %d (pid %d): %s; its attempts are rescued "
+                        "when their leases run out", gone.slot, gone.pid, exc, extra=extra)
+            return
+        if ended:
+            log.warning("worker process %d (pid %d) exited with %s during %d attempt(s): their leases are "
+                        "ended so that they are rescued now", gone.slot, gone.pid, exit_text(gone.code), ended,
+                        extra={**extra, "leases_ended": ended})
+
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> int:
         """Run until every child has exited (call it once, from the main thread); 0 if all ended cleanly, else 1."""
@@ -290,6 +365,7 @@ class Supervisor:
                         self._check_ready(slot)
                         if slot.proc.poll() is not None:
                             self._reap(slot)
+                self._settle_gone()
                 now = time.monotonic()
                 for slot in self.slots:
                     if slot.restart_at is not None and now >= slot.restart_at and not self._stopping:
@@ -301,6 +377,8 @@ class Supervisor:
                 timeout = self.check_interval
                 if waiting:
                     timeout = max(0.0, min(timeout, min(waiting) - now))
+                if self._gone:  # an empty process group sends no signal: look again soon
+                    timeout = min(timeout, self.GONE_CHECK)
                 self._sleep(timeout)
         except BaseException:
             self._forward(signal.SIGTERM)  # never leave children behind
@@ -312,6 +390,8 @@ class Supervisor:
             fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), -1, -1
             for fd in fds:
                 os.close(fd)
+            for thread in self._ending:  # leases being ended: let them be, up to a bound
+                thread.join(self.GONE_WAIT)
         clean = not self._failed and all(s.returncode == 0 for s in self.slots)
         log.info("all worker processes exited%s", "" if clean else " (not all cleanly)")
         return 0 if clean else 1

@@ -36,6 +36,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("firesafe.worker")
 
+#: Set by a supervisor in each worker process it starts, a tag of its own per process started: the
+#: process's worker ids are then ``worker_id_prefix(host, pid, tag)`` and the lane, so that once the
+#: process is gone the supervisor can name exactly its workers (a later process given the same pid
+#: has another tag). Without it a worker's id ends with random characters.
+WORKER_TAG_ENV = "FIRESAFE_WORKER_TAG"
+
+
+def worker_id_prefix(host: str, pid: int, tag: str) -> str:
+    """How the ids of the workers of one supervised process begin: ``"<host>:<pid>:<tag>."``."""
+    return f"{host}:{pid}:{tag}."
+
 
 @dataclass
 class _Running:
@@ -91,7 +102,9 @@ class Worker:
         # the claim or the last heartbeat, a heartbeat's margin before the lease would run out.
         self._startable_for = self.lease - self.heartbeat_interval
         self.random = random.Random(seed)
-        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        tag = os.environ.get(WORKER_TAG_ENV, "")
+        self.id = (worker_id_prefix(socket.gethostname(), os.getpid(), tag) + str(lane) if tag.isalnum() else
+                   f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
         # One of several claim loops of a process (firesafe/worker/lanes.py): the first leads (duties,
         # pruning, rescues, quarantine); all of them keep a suspect alone in the process.
         self._group = group

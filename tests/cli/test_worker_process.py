@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -153,6 +154,7 @@ def test_supervisor_restarts_a_child_that_died(tmp_path: Path) -> None:
 POISON_APP = """
 import os
 from pathlib import Path
+from typing import Any
 
 from firesafe import App, Backoff
 
@@ -284,3 +286,68 @@ def test_children_stop_gracefully_when_the_supervisor_is_killed(appmod: AppModul
         proc.wait()
     wait_for(lambda: log.read_text().count(" stopped: {") == 2, timeout=15, what="both children to stop")
     assert log.read_text().count(f"supervisor (pid {proc.pid}) is gone: stopping this worker") == 2
+
+
+DIE_ONCE_APP = """
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from firesafe import App, Backoff
+
+HERE = Path({here!r})
+app = App({url!r}, lease=60.0)  # far longer than the test may take: only an ended lease lets it finish
+
+
+@app.job(backoff=Backoff(base=0.05, factor=2.0, cap=0.2, jitter="none"))
+def die_once(ctx, orphan: float = 0.0) -> None:
+    marker = HERE / (ctx.job.key + ".died")
+    if not marker.exists():
+        marker.write_text("")
+        if orphan:  # a process of its own, left running in the worker's process group
+            subprocess.Popen(["sleep", str(orphan)], start_new_session=False)
+        os._exit(1)  # takes its worker process down, with the attempt under its 60 s lease
+    with open(HERE / "effects.log", "a") as f:
+        f.write(ctx.job.key + "\\n")
+"""
+
+
+def run_die_once(tmp_path: Path, url: str, orphan: float = 0.0) -> tuple[subprocess.CompletedProcess[str], Any]:
+    (tmp_path / "dieapp.py").write_text(DIE_ONCE_APP.format(here=str(tmp_path), url=url))
+    appmod = AppModule(tmp_path, "dieapp", url)
+    module = appmod.load()
+    module.die_once.enqueue(orphan, key="die:1")
+    module.app.close()
+    # Without the supervisor ending its lease the job would be rescued after 60 s: past the timeout
+    proc = run_cli(["worker", appmod.target, "--processes", "2", "--concurrency", "1", "--burst", "--wait-scheduled"],
+                   appmod.dir, timeout=45)
+    app = App(url, auto_migrate=False)
+    try:
+        return proc, app.get("die:1")
+    finally:
+        app.close()
+
+
+def test_a_supervised_process_that_dies_has_its_attempts_rescued_before_their_leases_run_out(
+        tmp_path: Path, store_url: str) -> None:
+    proc, job = run_die_once(tmp_path, store_url)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "exited with code 1 during 1 attempt(s): their leases are ended so that they are rescued now" in proc.stderr
+    assert job.state == "succeeded" and [a.outcome for a in job.trace] == ["lost", "succeeded"]
+    lost = job.trace[0]
+    assert lost.ended_at is not None and (lost.ended_at - lost.started_at).total_seconds() < 30  # lease: 60 s
+    assert (tmp_path / "effects.log").read_text() == "die:1\n"
+
+
+def test_the_leases_of_a_dead_process_end_only_once_the_processes_it_started_have_exited(
+        tmp_path: Path, sqlite_url: str) -> None:
+    # Given a job that starts a 3 s process in its worker's process group, then kills the worker
+    proc, job = run_die_once(tmp_path, sqlite_url, orphan=3.0)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "exited but processes it started still run (its process group)" in proc.stderr
+    assert "their leases are ended so that they are rescued now" in proc.stderr
+    # Then its attempt was rescued after the process it left had exited, long before the lease ran out
+    assert job.state == "succeeded" and [a.outcome for a in job.trace] == ["lost", "succeeded"]
+    lost = job.trace[0]
+    assert lost.ended_at is not None and 3 <= (lost.ended_at - lost.started_at).total_seconds() < 30

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
 from firesafe import App, Retention, State
 from firesafe.states import Outcome
 from firesafe.store.base import ClaimParams, FinishParams, JobFilter
@@ -71,6 +73,48 @@ def test_a_killed_worker_job_is_rescued_as_lost_and_retried(app: App, clock) -> 
     job = app.get("k")
     assert job.state == State.SUCCEEDED and job.lost == 1
     assert (job.trace[0].outcome, job.trace[0].worker) == ("lost", "dead-worker")
+
+
+def test_a_worker_process_known_gone_has_its_leases_ended_now_and_only_its_own(app: App, clock) -> None:
+    work = declare(app)
+    work.enqueue_many([{"args": [i], "key": f"k{i}"} for i in range(5)])
+    store = app.store
+    # Two loops of the process, then an earlier process with the same pid, another pid, another host
+    for worker in ("h:12:t1.0", "h:12:t1.1", "h:12:t0.0", "h:123:t1.0", "other:12:t1.0"):
+        store.worker_beat(worker, worker.split(":")[0], int(worker.split(":")[1]), ("default",))
+        store.job_claim(ClaimParams(("default",), 1, worker, 30.0))
+    for name, holder in (("isolator:default", "h:12:t1.0"), ("scheduler", "h:12:t1.1"), ("pruner", "h:123:t1.0")):
+        assert store.leader_acquire(name, holder, 60.0)
+    clock.advance(1)
+
+    # The process is gone: both of its attempts can be rescued now, 29 s before their leases end
+    assert store.worker_process_gone("h:12:t1.") == 2
+    clock.advance(0.5)
+    expired = store.job_list_expired(10)
+    worker_of = {j.id: j.worker for j in store.job_list(JobFilter(limit=10))}
+    assert sorted(worker_of[e.id] for e in expired) == ["h:12:t1.0", "h:12:t1.1"]
+    # Its workers are forgotten; the others keep theirs
+    assert {w["id"] for w in store.worker_list()} == {"h:12:t0.0", "h:123:t1.0", "other:12:t1.0"}
+    assert store.job_list_expired(10) == expired
+    # and its leader leases are free for others; the one another process holds is not
+    assert store.leader_acquire("isolator:default", "h:12:t0.0", 60.0)
+    assert store.leader_acquire("scheduler", "h:12:t0.0", 60.0)
+    assert not store.leader_acquire("pruner", "h:12:t0.0", 60.0)
+
+    # Once rescued, a second call finds nothing of it; a lease already over is left as it is
+    app.worker(burst=True, concurrency=1)._rescue()
+    rescued = [j for j in store.job_list(JobFilter(limit=10)) if j.id in worker_of and j.id in {e.id for e in expired}]
+    assert [(j.state, j.lost) for j in rescued] == [(State.SCHEDULED, 1)] * 2
+    assert store.job_list_expired(10) == []
+    assert store.worker_process_gone("h:12:t1.") == 0
+    clock.advance(31)
+    before = store.job_list_expired(10)
+    assert len(before) == 3 and store.worker_process_gone("h:123:t1.") == 0
+    assert store.job_list_expired(10) == before
+    # A prefix that does not name one process is refused (an empty one would name every worker)
+    for bad in ("", "h:", "h:12:", "h:12:t1", ":12:t1.", "h:x:t1."):
+        with pytest.raises(ValueError, match="not the id prefix of one worker process"):
+            store.worker_process_gone(bad)
 
 
 def test_a_job_that_keeps_killing_its_worker_goes_dead_as_worker_lost(app: App, clock) -> None:

@@ -45,3 +45,11 @@ def test_query_reads_its_index(conn: sqlite3.Connection, sql: str, index: str) -
 def test_suspects_count_reads_the_suspects_index(conn: sqlite3.Connection) -> None:
     text = plan(conn, Q["job_pending"])
     assert "INDEX firesafe_jobs_suspects" in text, text
+
+
+def test_ending_the_leases_of_a_process_gone_reads_running_jobs_only(conn: sqlite3.Connection) -> None:
+    # The leases index (running jobs) or the (state, finished_at) one searched on state: either way
+    # only running jobs are read, never every job.
+    text = plan(conn, Q["job_expire_process"])
+    assert re.search(r"SEARCH firesafe_jobs USING INDEX firesafe_jobs_(leases|finished) \((state=\?|lease_expires>\?)",
+                     text), text

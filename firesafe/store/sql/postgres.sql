@@ -235,6 +235,19 @@ WHERE state = 'running'
   AND lease_expires < coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
 ORDER BY lease_expires LIMIT %(limit)s;
 
+-- name: job_expire_process
+-- End now the leases of the attempts a worker process was running when it exited (its supervisor saw
+-- it go), so that the next rescue takes them back instead of waiting for the lease to run out.
+-- :prefix is how that process's worker ids begin (see firesafe/worker/worker.py, worker_id_prefix).
+-- Fenced on the state; a lease already over is left as it is. The state = 'running' condition reads the leases index.
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now)
+UPDATE {schema}.firesafe_jobs j SET lease_expires = c.now
+FROM clock c
+WHERE j.state = 'running' AND j.lease_expires > c.now
+  AND left(j.worker, length(%(prefix)s::text)) = %(prefix)s::text
+RETURNING j.id;
+
 -- name: job_rescue
 -- Take expired attempts back: fenced on the token seen and on the lease still being expired.
 -- PostgreSQL differs: one statement over arrays that also closes the attempts as lost; rows locked by
@@ -428,6 +441,10 @@ ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen;
 -- A worker that stopped cleanly.
 DELETE FROM {schema}.firesafe_workers WHERE id = %(id)s;
 
+-- name: worker_remove_process
+-- Forget the workers of one process that exited (its supervisor saw it go): ids that begin with :prefix.
+DELETE FROM {schema}.firesafe_workers WHERE left(id, length(%(prefix)s::text)) = %(prefix)s::text;
+
 -- name: worker_list
 -- Workers seen, most recent first.
 SELECT * FROM {schema}.firesafe_workers ORDER BY last_seen DESC;
@@ -448,6 +465,10 @@ SELECT %(name)s, %(holder)s, c.now + %(ttl)s::float8 FROM clock c
 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
 WHERE l.holder = excluded.holder OR l.expires_at < excluded.expires_at - %(ttl)s::float8
 RETURNING holder;
+
+-- name: leader_release_process
+-- Give up the leader leases held by the workers of one process that exited (holders begin with :prefix).
+DELETE FROM {schema}.firesafe_leaders WHERE left(holder, length(%(prefix)s::text)) = %(prefix)s::text;
 
 -- name: leader_release
 -- Give a leader lease up.

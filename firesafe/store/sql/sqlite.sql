@@ -95,6 +95,14 @@ SELECT id, name, lease_token, attempt, max_attempts, deferrals, lost, runs, canc
 FROM firesafe_jobs WHERE state = 'running' AND lease_expires < :now
 ORDER BY lease_expires LIMIT :limit;
 
+-- name: job_expire_process
+-- End now the leases of the attempts a worker process was running when it exited (its supervisor saw
+-- it go), so that the next rescue takes them back instead of waiting for the lease to run out.
+-- :prefix is how that process's worker ids begin (see firesafe/worker/worker.py, worker_id_prefix).
+-- Fenced on the state; a lease already over is left as it is.
+UPDATE firesafe_jobs SET lease_expires = :now
+WHERE state = 'running' AND lease_expires > :now AND substr(worker, 1, length(:prefix)) = :prefix;
+
 -- name: job_rescue
 -- Take an expired attempt back: fenced on the token seen and on the lease still being expired.
 UPDATE firesafe_jobs
@@ -196,6 +204,10 @@ ON CONFLICT (id) DO UPDATE SET last_seen = :now;
 -- A worker that stopped cleanly.
 DELETE FROM firesafe_workers WHERE id = :id;
 
+-- name: worker_remove_process
+-- Forget the workers of one process that exited (its supervisor saw it go): ids that begin with :prefix.
+DELETE FROM firesafe_workers WHERE substr(id, 1, length(:prefix)) = :prefix;
+
 -- name: worker_list
 -- Workers seen, most recent first.
 SELECT * FROM firesafe_workers ORDER BY last_seen DESC;
@@ -210,6 +222,10 @@ INSERT INTO firesafe_leaders (name, holder, expires_at) VALUES (:name, :holder, 
 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
 WHERE firesafe_leaders.holder = excluded.holder OR firesafe_leaders.expires_at < :now
 RETURNING holder;
+
+-- name: leader_release_process
+-- Give up the leader leases held by the workers of one process that exited (holders begin with :prefix).
+DELETE FROM firesafe_leaders WHERE substr(holder, 1, length(:prefix)) = :prefix;
 
 -- name: leader_release
 -- Give a leader lease up.
