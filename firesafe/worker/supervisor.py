@@ -20,19 +20,26 @@ tells the two ways a child dies apart:
   that happens, with a bounded backoff: giving up would stop every other job too.
 
 A child that exits without a clean stop may leave attempts running in the store, under leases that
-nobody renews any more. The supervisor knows that process is gone: once nothing of it is left (no
-process remains in its process group, where the subprocesses its jobs start also run), it ends those
-leases at once (``on_gone``), so the attempts are rescued as ``lost`` within seconds instead of when
-the leases would have run out (30 s by default). Each child it starts gets a tag of its own
-(``WORKER_TAG_ENV``) that its worker ids carry, so it names exactly that child's workers, never those
-of a later process given the same pid.
+nobody renews any more. The supervisor knows that process is gone: once nothing it started is left
+running, it ends those leases at once (``on_gone``), so the attempts are rescued as ``lost`` within
+seconds instead of when the leases would have run out (30 s by default). "Nothing left" is checked
+twice: no live process remains in the child's process group (where the subprocesses its jobs start
+run, unless they move to a group of their own), and, where Linux lets the supervisor be a *child
+subreaper*, no live process the dead children left behind has been handed to the supervisor (every
+orphaned descendant is, whatever its group or session; the supervisor reaps them). While either holds,
+the leases run out as before. Each child it starts gets a tag of its own (``WORKER_TAG_ENV``) that
+its worker ids carry, so it names exactly that child's workers, never those of a later process
+given the same pid.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import logging
 import os
+import queue
 import select
 import signal
 import socket
@@ -133,16 +140,18 @@ class Supervisor:
     counted from 1 again once a child lived ``stable_after`` seconds) however often it dies; it
     gives up, stopping every child and failing, only after ``max_startup_failures`` children of
     one slot in a row exited before they were ready; it returns only when no child is left running.
-    With ``on_gone``, a child that exited with another code than 0 has ``on_gone(prefix)`` called
-    once nothing of it runs any more (its process group is empty), on a thread of its own (a slow
-    store does not hold the supervisor up): the store ends the leases of the workers whose ids begin
-    with ``prefix`` (``Store.worker_process_gone``) and returns how many.
+    With ``on_gone``, a child that exited other than by a clean stop (any exit but code 0 after a
+    signal or, in burst mode, at the end) has ``on_gone(prefix)`` called once nothing it started
+    runs any more (see the module's docstring), on a thread of the supervisor's own (a slow store
+    does not hold it up): the store ends the leases of the workers whose ids begin with ``prefix``
+    (``Store.worker_process_gone``) and returns how many. ``subreaper=False`` keeps orphaned
+    descendants with init (only the process groups are checked then).
     """
 
     def __init__(self, command: Sequence[str], processes: int, *, burst: bool = False,
                  env: Mapping[str, str] | None = None, restart_backoff: Backoff | None = None,
                  stable_after: float = 5.0, max_startup_failures: int = 5, check_interval: float = 1.0,
-                 on_gone: Callable[[str], int] | None = None) -> None:
+                 on_gone: Callable[[str], int] | None = None, subreaper: bool = True) -> None:
         if processes < 1:
             raise ValueError("processes must be >= 1")
         self.command = list(command)
@@ -163,7 +172,10 @@ class Supervisor:
         self.on_gone = on_gone
         self._host = socket.gethostname()
         self._gone: list[_Gone] = []  # exited children whose leases are still to end
-        self._ending: list[threading.Thread] = []
+        self._to_end: queue.SimpleQueue[_Gone | None] = queue.SimpleQueue()  # for the thread that ends them
+        self._ender: threading.Thread | None = None
+        self._subreaper = False  # whether orphaned descendants of the children come to this process
+        self._want_subreaper = subreaper
 
     #: How often a child gone whose process group still has members is looked at again (seconds).
     GONE_CHECK = 0.2
@@ -275,7 +287,8 @@ class Supervisor:
         slot.proc = None
         slot.returncode = code
         extra = {"slot": slot.index, "child_pid": pid, "returncode": code}
-        if code != 0 and self.on_gone is not None:  # it may have left attempts under leases nobody renews
+        # Any end but a clean stop may leave attempts under leases nobody renews.
+        if self.on_gone is not None and (code != 0 or not (self._stopping or self.burst)):
             self._gone.append(_Gone(slot.index, pid, code, worker_id_prefix(self._host, pid, slot.tag)))
         if self._stopping:
             log.info("worker process %d (pid %d) exited with %s", slot.index, pid, exit_text(code), extra=extra)
@@ -309,38 +322,65 @@ class Supervisor:
         slot.restarts += 1
 
     def _settle_gone(self) -> None:
-        """End the leases of the children gone whose process group is empty now."""
+        """Hand the children gone of which nothing runs any more to the thread that ends their leases
+        (and, as a subreaper, reap the orphans that exited, whether or not a child is pending)."""
+        orphans = self._orphans()
         for gone in list(self._gone):
-            try:
-                os.killpg(gone.pid, 0)
-            except ProcessLookupError:  # nothing of it runs: no attempt of it can still have effects
+            if not orphans and not _group_runs(gone.pid):
                 self._gone.remove(gone)
-                thread = threading.Thread(target=self._end_leases, args=(gone,), daemon=True,
-                                          name=f"firesafe-gone-{gone.pid}")
-                self._ending.append(thread)
-                thread.start()
-                continue
-            except OSError:  # a process of its group runs as another user: still running
-                pass
-            if not gone.waiting_noted:
+                if self._ender is None:
+                    self._ender = threading.Thread(target=self._end_leases, name="firesafe-lease-ender", daemon=True)
+                    self._ender.start()
+                self._to_end.put(gone)
+            elif not gone.waiting_noted:
                 gone.waiting_noted = True
-                log.warning("worker process %d (pid %d) exited but processes it started still run (its "
-                            "process group); its leases end once they have exited, or when they run out",
-                            gone.slot, gone.pid, extra={"slot": gone.slot, "child_pid": gone.pid})
+                log.warning("worker process %d (pid %d) exited but processes it started may still run (%s); its "
+                            "leases end once they have exited, or when the leases run out", gone.slot, gone.pid,
+                            f"pids {', '.join(map(str, orphans))}, left to this supervisor" if orphans
+                            else "its process group", extra={"slot": gone.slot, "child_pid": gone.pid})
 
-    def _end_leases(self, gone: _Gone) -> None:
+    def _orphans(self) -> list[int]:
+        """As a subreaper: the live processes left to this one by children that died (not a slot's
+        running child); reaps those that have exited. Empty otherwise."""
+        if not self._subreaper:
+            return []
+        ours = {s.proc.pid for s in self.slots if s.proc is not None}
+        alive = []
+        for pid in _children():
+            if pid in ours:
+                continue
+            if _proc_state(pid) in ("Z", None):
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+            else:
+                alive.append(pid)
+        return alive
+
+    def _end_leases(self) -> None:
+        """The thread that ends the leases of children gone, one after the other (one store connection)."""
         assert self.on_gone is not None
-        extra = {"slot": gone.slot, "child_pid": gone.pid}
-        try:
-            ended = self.on_gone(gone.prefix)
-        except Exception as exc:  # the store is down: the leases run out as usual
-            log.warning("could not end the leases of worker process %d (pid %d): %s; its attempts are rescued "
-                        "when their leases run out", gone.slot, gone.pid, exc, extra=extra)
-            return
-        if ended:
-            log.warning("worker process %d (pid %d) exited with %s during %d attempt(s): their leases are "
-                        "ended so that they are rescued now", gone.slot, gone.pid, exit_text(gone.code), ended,
-                        extra={**extra, "leases_ended": ended})
+        while (gone := self._to_end.get()) is not None:
+            extra = {"slot": gone.slot, "child_pid": gone.pid}
+            try:
+                ended = self.on_gone(gone.prefix)
+            except Exception as exc:  # the store is down: the leases run out as usual
+                log.warning("could not end the leases of worker process %d (pid %d): %s; its attempts are rescued "
+                            "when their leases run out", gone.slot, gone.pid, exc, extra=extra)
+                continue
+            if ended:
+                log.warning("worker process %d (pid %d) exited with %s during %d attempt(s): their leases are "
+                            "ended so that they are rescued now", gone.slot, gone.pid, exit_text(gone.code), ended,
+                            extra={**extra, "leases_ended": ended})
+
+    def _finish_gone(self) -> None:
+        """At the end of :meth:`run`: let the leases being ended be, up to ``GONE_WAIT`` in all."""
+        for gone in self._gone:
+            log.warning("worker process %d (pid %d) left processes running; its attempts are rescued when their "
+                        "leases run out", gone.slot, gone.pid, extra={"slot": gone.slot, "child_pid": gone.pid})
+        self._gone.clear()
+        if self._ender is not None:
+            self._to_end.put(None)
+            self._ender.join(self.GONE_WAIT)
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> int:
@@ -353,6 +393,8 @@ class Supervisor:
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGCHLD, self._on_child)
         log.info("supervising %d worker processes%s", self.processes, " (burst)" if self.burst else "")
+        if self.on_gone is not None and self._want_subreaper:
+            self._subreaper = _become_subreaper()
         try:
             for slot in self.slots:
                 self._start(slot)
@@ -390,8 +432,64 @@ class Supervisor:
             fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), -1, -1
             for fd in fds:
                 os.close(fd)
-            for thread in self._ending:  # leases being ended: let them be, up to a bound
-                thread.join(self.GONE_WAIT)
+            self._finish_gone()
         clean = not self._failed and all(s.returncode == 0 for s in self.slots)
         log.info("all worker processes exited%s", "" if clean else " (not all cleanly)")
         return 0 if clean else 1
+
+
+def _become_subreaper() -> bool:
+    """Linux: have orphaned descendants of this process's children handed to it (instead of to init),
+    so that it can tell when nothing a dead child started still runs. False where that cannot be."""
+    if not os.path.exists("/proc/self/task"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return bool(libc.prctl(36, 1, 0, 0, 0) == 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _children() -> set[int]:
+    """This process's child pids (from every thread's /proc children list)."""
+    pids: set[int] = set()
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return pids
+    for task in tasks:
+        with contextlib.suppress(OSError, ValueError), open(f"/proc/self/task/{task}/children") as f:
+            pids.update(int(p) for p in f.read().split())
+    return pids
+
+
+def _proc_state(pid: int) -> str | None:
+    """A process's state letter from /proc (``Z`` for a zombie), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _group_runs(pgid: int) -> bool:
+    """Whether a live process (not a zombie) is in process group ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # a member runs as another user
+        return True
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return True  # no /proc: a member, maybe a zombie, is there
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False

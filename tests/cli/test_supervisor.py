@@ -150,3 +150,44 @@ def test_a_signal_is_forwarded_once_to_every_child_and_nothing_restarts(tmp_path
     assert [(tmp_path / f"signals-{i}").read_text() for i in (1, 2, 3)] == ["1", "1", "1"]
     assert all(s.restarts == 0 for s in sup.slots)
     assert signal.getsignal(signal.SIGTERM) is not sup._on_signal  # handlers restored
+
+
+def test_a_process_group_runs_while_a_live_member_is_in_it_and_not_once_only_zombies_are_left() -> None:
+    import subprocess
+
+    from firesafe.worker.supervisor import _group_runs, _proc_state
+
+    member = subprocess.Popen(["sleep", "30"], process_group=0)  # a group of its own, led by it
+    try:
+        assert _group_runs(member.pid)
+        member.kill()
+        wait_for(lambda: _proc_state(member.pid) == "Z", 5, "the member to be a zombie")
+        assert not _group_runs(member.pid)  # a zombie, not yet reaped: nothing of the group runs
+    finally:
+        member.kill()
+        member.wait()
+    assert not _group_runs(member.pid)  # reaped: the group is gone
+
+
+def test_children_gone_have_their_leases_ended_one_after_the_other_on_one_thread(tmp_path: Path) -> None:
+    # Given a child that says it is ready, then dies 3 times (a clean end the 4th time), and an
+    # on_gone that records where and for whom it is called
+    seen = tmp_path / "seen"
+    note = f"tag = os.environ['FIRESAFE_WORKER_TAG']\nopen({str(seen)!r}, 'a').write(f'{{os.getpid()}}:{{tag}}.\\n')\n"
+    program = runs(tmp_path, READY + note + "if run <= 3: os._exit(1)\nsys.exit(0)\n")
+    calls: list[tuple[int, str]] = []
+
+    def on_gone(prefix: str) -> int:
+        calls.append((threading.get_ident(), prefix))
+        return 1
+
+    sup = Supervisor(program, 1, burst=True, restart_backoff=FAST, on_gone=on_gone, subreaper=False)
+    assert sup.run() == 0
+
+    # Then on_gone ran once per death (not for the clean end), all on one thread that has ended,
+    # each time for the prefix of that child's worker ids (its own tag: no two alike)
+    assert len(calls) == 3 and len({t for t, _ in calls}) == 1 and threading.get_ident() not in {t for t, _ in calls}
+    children = seen.read_text().split()  # "<pid>:<tag>." of each run
+    assert len(children) == 4 and len(set(children)) == 4
+    assert [p.split(":", 1)[1] for _, p in calls] == children[:3]
+    assert sup._ender is not None and not sup._ender.is_alive()

@@ -301,23 +301,24 @@ app = App({url!r}, lease=60.0)  # far longer than the test may take: only an end
 
 
 @app.job(backoff=Backoff(base=0.05, factor=2.0, cap=0.2, jitter="none"))
-def die_once(ctx, orphan: float = 0.0) -> None:
+def die_once(ctx, orphan: float = 0.0, own_session: bool = False) -> None:
     marker = HERE / (ctx.job.key + ".died")
     if not marker.exists():
         marker.write_text("")
-        if orphan:  # a process of its own, left running in the worker's process group
-            subprocess.Popen(["sleep", str(orphan)], start_new_session=False)
+        if orphan:  # a process of its own, left running (in the worker's process group, or not)
+            subprocess.Popen(["sleep", str(orphan)], start_new_session=own_session)
         os._exit(1)  # takes its worker process down, with the attempt under its 60 s lease
     with open(HERE / "effects.log", "a") as f:
         f.write(ctx.job.key + "\\n")
 """
 
 
-def run_die_once(tmp_path: Path, url: str, orphan: float = 0.0) -> tuple[subprocess.CompletedProcess[str], Any]:
+def run_die_once(tmp_path: Path, url: str, orphan: float = 0.0,
+                 own_session: bool = False) -> tuple[subprocess.CompletedProcess[str], Any]:
     (tmp_path / "dieapp.py").write_text(DIE_ONCE_APP.format(here=str(tmp_path), url=url))
     appmod = AppModule(tmp_path, "dieapp", url)
     module = appmod.load()
-    module.die_once.enqueue(orphan, key="die:1")
+    module.die_once.enqueue(orphan, own_session, key="die:1")
     module.app.close()
     # Without the supervisor ending its lease the job would be rescued after 60 s: past the timeout
     proc = run_cli(["worker", appmod.target, "--processes", "2", "--concurrency", "1", "--burst", "--wait-scheduled"],
@@ -340,12 +341,14 @@ def test_a_supervised_process_that_dies_has_its_attempts_rescued_before_their_le
     assert (tmp_path / "effects.log").read_text() == "die:1\n"
 
 
+@pytest.mark.parametrize("own_session", [False, True], ids=["in its group", "in a session of its own"])
 def test_the_leases_of_a_dead_process_end_only_once_the_processes_it_started_have_exited(
-        tmp_path: Path, sqlite_url: str) -> None:
-    # Given a job that starts a 3 s process in its worker's process group, then kills the worker
-    proc, job = run_die_once(tmp_path, sqlite_url, orphan=3.0)
+        tmp_path: Path, sqlite_url: str, own_session: bool) -> None:
+    # Given a job that starts a 3 s process (in its worker's process group, or in a new session that
+    # leaves it), then kills the worker
+    proc, job = run_die_once(tmp_path, sqlite_url, orphan=3.0, own_session=own_session)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "exited but processes it started still run (its process group)" in proc.stderr
+    assert "exited but processes it started may still run (pids " in proc.stderr  # handed to the supervisor
     assert "their leases are ended so that they are rescued now" in proc.stderr
     # Then its attempt was rescued after the process it left had exited, long before the lease ran out
     assert job.state == "succeeded" and [a.outcome for a in job.trace] == ["lost", "succeeded"]

@@ -80,10 +80,11 @@ def test_a_worker_process_known_gone_has_its_leases_ended_now_and_only_its_own(a
     work.enqueue_many([{"args": [i], "key": f"k{i}"} for i in range(5)])
     store = app.store
     # Two loops of the process, then an earlier process with the same pid, another pid, another host
-    for worker in ("h:12:t1.0", "h:12:t1.1", "h:12:t0.0", "h:123:t1.0", "other:12:t1.0"):
+    for worker in ("h:12:t1.0.a1", "h:12:t1.1.b2", "h:12:t0.0.c3", "h:123:t1.0.d4", "other:12:t1.0.e5"):
         store.worker_beat(worker, worker.split(":")[0], int(worker.split(":")[1]), ("default",))
         store.job_claim(ClaimParams(("default",), 1, worker, 30.0))
-    for name, holder in (("isolator:default", "h:12:t1.0"), ("scheduler", "h:12:t1.1"), ("pruner", "h:123:t1.0")):
+    leaders = (("isolator:default", "h:12:t1.0.a1"), ("scheduler", "h:12:t1.1.b2"), ("pruner", "h:123:t1.0.d4"))
+    for name, holder in leaders:
         assert store.leader_acquire(name, holder, 60.0)
     clock.advance(1)
 
@@ -92,14 +93,14 @@ def test_a_worker_process_known_gone_has_its_leases_ended_now_and_only_its_own(a
     clock.advance(0.5)
     expired = store.job_list_expired(10)
     worker_of = {j.id: j.worker for j in store.job_list(JobFilter(limit=10))}
-    assert sorted(worker_of[e.id] for e in expired) == ["h:12:t1.0", "h:12:t1.1"]
+    assert sorted(worker_of[e.id] for e in expired) == ["h:12:t1.0.a1", "h:12:t1.1.b2"]
     # Its workers are forgotten; the others keep theirs
-    assert {w["id"] for w in store.worker_list()} == {"h:12:t0.0", "h:123:t1.0", "other:12:t1.0"}
+    assert {w["id"] for w in store.worker_list()} == {"h:12:t0.0.c3", "h:123:t1.0.d4", "other:12:t1.0.e5"}
     assert store.job_list_expired(10) == expired
     # and its leader leases are free for others; the one another process holds is not
-    assert store.leader_acquire("isolator:default", "h:12:t0.0", 60.0)
-    assert store.leader_acquire("scheduler", "h:12:t0.0", 60.0)
-    assert not store.leader_acquire("pruner", "h:12:t0.0", 60.0)
+    assert store.leader_acquire("isolator:default", "h:12:t0.0.c3", 60.0)
+    assert store.leader_acquire("scheduler", "h:12:t0.0.c3", 60.0)
+    assert not store.leader_acquire("pruner", "h:12:t0.0.c3", 60.0)
 
     # Once rescued, a second call finds nothing of it; a lease already over is left as it is
     app.worker(burst=True, concurrency=1)._rescue()
