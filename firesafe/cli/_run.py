@@ -37,12 +37,15 @@ class _LeaseEnder:
     def __init__(self, app: Any) -> None:
         self.app = app
         self.store: Any = None
+        self.closed = False
         self.lock = threading.Lock()
 
     def __call__(self, prefix: str) -> int:
         from firesafe.store import open_store
 
         with self.lock:
+            if self.closed:
+                raise RuntimeError("the supervisor's store connection is closed")
             if self.store is None:
                 self.store = open_store(self.app.store_url, self.app._clock, **self.app._store_options)
             return int(self.store.worker_process_gone(prefix))
@@ -50,8 +53,10 @@ class _LeaseEnder:
     def close(self) -> None:
         if self.lock.acquire(timeout=1.0):  # not behind a call the store holds up
             try:
+                self.closed = True
                 if self.store is not None:
                     self.store.close()
+                    self.store = None
             finally:
                 self.lock.release()
 

@@ -25,9 +25,10 @@ running, it ends those leases at once (``on_gone``), so the attempts are rescued
 seconds instead of when the leases would have run out (30 s by default). "Nothing left" is checked
 twice: no live process remains in the child's process group (where the subprocesses its jobs start
 run, unless they move to a group of their own), and, where Linux lets the supervisor be a *child
-subreaper*, no live process the dead children left behind has been handed to the supervisor (every
-orphaned descendant is, whatever its group or session; the supervisor reaps them). While either holds,
-the leases run out as before. Each child it starts gets a tag of its own (``WORKER_TAG_ENV``) that
+subreaper*, no live process that child left behind has been handed to the supervisor (every orphaned
+descendant is, whatever its group or session; the supervisor reaps them; one in a running child's
+group is that child's, one in a group of its own could be any child's). While either holds, the
+leases run out as before. Each child it starts gets a tag of its own (``WORKER_TAG_ENV``) that
 its worker ids carry, so it names exactly that child's workers, never those of a later process
 given the same pid.
 """
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import logging
 import os
 import queue
@@ -325,8 +325,16 @@ class Supervisor:
         """Hand the children gone of which nothing runs any more to the thread that ends their leases
         (and, as a subreaper, reap the orphans that exited, whether or not a child is pending)."""
         orphans = self._orphans()
+        if not self._gone:
+            return
+        # An orphan in a running child's process group is that child's; one in a gone child's group
+        # is that one's; one in a group of its own (setsid, setpgid) could be anyone's.
+        running = {s.proc.pid for s in self.slots if s.proc is not None}
+        pending = {g.pid for g in self._gone}
         for gone in list(self._gone):
-            if not orphans and not _group_runs(gone.pid):
+            held = [pid for pid, group in orphans.items()
+                    if group == gone.pid or (group not in running and group not in pending)]
+            if not held and not _group_runs(gone.pid):
                 self._gone.remove(gone)
                 if self._ender is None:
                     self._ender = threading.Thread(target=self._end_leases, name="firesafe-lease-ender", daemon=True)
@@ -336,24 +344,29 @@ class Supervisor:
                 gone.waiting_noted = True
                 log.warning("worker process %d (pid %d) exited but processes it started may still run (%s); its "
                             "leases end once they have exited, or when the leases run out", gone.slot, gone.pid,
-                            f"pids {', '.join(map(str, orphans))}, left to this supervisor" if orphans
+                            f"pids {', '.join(map(str, held))}, left to this supervisor" if held
                             else "its process group", extra={"slot": gone.slot, "child_pid": gone.pid})
 
-    def _orphans(self) -> list[int]:
-        """As a subreaper: the live processes left to this one by children that died (not a slot's
-        running child); reaps those that have exited. Empty otherwise."""
+    def _orphans(self) -> dict[int, int]:
+        """As a subreaper: the live processes the children's descendants left to this one, with their
+        process group; reaps those that have exited. Empty otherwise. Processes in the supervisor's
+        own group (ones it started itself, not through a child) are neither counted nor reaped."""
         if not self._subreaper:
-            return []
+            return {}
         ours = {s.proc.pid for s in self.slots if s.proc is not None}
-        alive = []
+        own_group = os.getpgrp()
+        alive: dict[int, int] = {}
         for pid in _children():
             if pid in ours:
                 continue
-            if _proc_state(pid) in ("Z", None):
+            state, group = _proc_stat(pid)
+            if state is None or group == own_group:
+                continue
+            if state == "Z":
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
             else:
-                alive.append(pid)
+                alive[pid] = group
         return alive
 
     def _end_leases(self) -> None:
@@ -363,7 +376,7 @@ class Supervisor:
             extra = {"slot": gone.slot, "child_pid": gone.pid}
             try:
                 ended = self.on_gone(gone.prefix)
-            except Exception as exc:  # the store is down: the leases run out as usual
+            except BaseException as exc:  # the store is down: the leases run out as usual; the thread goes on
                 log.warning("could not end the leases of worker process %d (pid %d): %s; its attempts are rescued "
                             "when their leases run out", gone.slot, gone.pid, exc, extra=extra)
                 continue
@@ -394,7 +407,7 @@ class Supervisor:
         signal.signal(signal.SIGCHLD, self._on_child)
         log.info("supervising %d worker processes%s", self.processes, " (burst)" if self.burst else "")
         if self.on_gone is not None and self._want_subreaper:
-            self._subreaper = _become_subreaper()
+            self._subreaper = _set_subreaper(True)
         try:
             for slot in self.slots:
                 self._start(slot)
@@ -433,19 +446,22 @@ class Supervisor:
             for fd in fds:
                 os.close(fd)
             self._finish_gone()
+            if self._subreaper:  # orphans left from now on go to init again
+                self._subreaper = not _set_subreaper(False)
         clean = not self._failed and all(s.returncode == 0 for s in self.slots)
         log.info("all worker processes exited%s", "" if clean else " (not all cleanly)")
         return 0 if clean else 1
 
 
-def _become_subreaper() -> bool:
+def _set_subreaper(on: bool) -> bool:
     """Linux: have orphaned descendants of this process's children handed to it (instead of to init),
-    so that it can tell when nothing a dead child started still runs. False where that cannot be."""
-    if not os.path.exists("/proc/self/task"):
+    so that it can tell when nothing a dead child started still runs; ``on=False`` undoes it. True
+    if done. Not where the kernel does not list a process's children in /proc (the supervisor finds
+    them there)."""
+    if not os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return bool(libc.prctl(36, 1, 0, 0, 0) == 0)  # PR_SET_CHILD_SUBREAPER
+        return bool(ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0) == 0)  # PR_SET_CHILD_SUBREAPER
     except (OSError, AttributeError):
         return False
 
@@ -463,13 +479,15 @@ def _children() -> set[int]:
     return pids
 
 
-def _proc_state(pid: int) -> str | None:
-    """A process's state letter from /proc (``Z`` for a zombie), None if it is gone."""
+def _proc_stat(pid: int) -> tuple[str | None, int]:
+    """A process's state letter (``Z`` for a zombie) and process group from /proc; (None, 0) if it
+    is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return None
+            fields = f.read().rpartition(")")[2].split()  # the name, in parentheses, may hold anything
+        return fields[0], int(fields[2])
+    except (OSError, IndexError, ValueError):
+        return None, 0
 
 
 def _group_runs(pgid: int) -> bool:
@@ -481,15 +499,11 @@ def _group_runs(pgid: int) -> bool:
     except OSError:  # a member runs as another user
         return True
     try:
-        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+        entries = [int(e) for e in os.listdir("/proc") if e.isdigit()]
     except OSError:
         return True  # no /proc: a member, maybe a zombie, is there
-    for entry in entries:
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+    for pid in entries:
+        state, group = _proc_stat(pid)
+        if group == pgid and state not in ("Z", None):
             return True
     return False

@@ -5,6 +5,7 @@ one that never does is a child that cannot start."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -155,13 +156,13 @@ def test_a_signal_is_forwarded_once_to_every_child_and_nothing_restarts(tmp_path
 def test_a_process_group_runs_while_a_live_member_is_in_it_and_not_once_only_zombies_are_left() -> None:
     import subprocess
 
-    from firesafe.worker.supervisor import _group_runs, _proc_state
+    from firesafe.worker.supervisor import _group_runs, _proc_stat
 
     member = subprocess.Popen(["sleep", "30"], process_group=0)  # a group of its own, led by it
     try:
         assert _group_runs(member.pid)
         member.kill()
-        wait_for(lambda: _proc_state(member.pid) == "Z", 5, "the member to be a zombie")
+        wait_for(lambda: _proc_stat(member.pid)[0] == "Z", 5, "the member to be a zombie")
         assert not _group_runs(member.pid)  # a zombie, not yet reaped: nothing of the group runs
     finally:
         member.kill()
@@ -191,3 +192,73 @@ def test_children_gone_have_their_leases_ended_one_after_the_other_on_one_thread
     assert len(children) == 4 and len(set(children)) == 4
     assert [p.split(":", 1)[1] for _, p in calls] == children[:3]
     assert sup._ender is not None and not sup._ender.is_alive()
+
+
+def test_an_unexpected_clean_exit_while_working_has_its_leases_ended_too(tmp_path: Path) -> None:
+    # Given a child that says it is ready and then exits 0 while nothing asked it to stop (a job's
+    # os._exit(0)), then, restarted, works until it is stopped
+    working = tmp_path / "working"
+    program = runs(tmp_path, READY + "if run == 1: os._exit(0)\n"
+                   "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+                   f"open({str(working)!r}, 'w').close()\nimport time\ntime.sleep(30)\n")
+    calls: list[str] = []
+    sup = Supervisor(program, 1, restart_backoff=FAST, on_gone=lambda prefix: calls.append(prefix) or 0,
+                     subreaper=False)
+
+    def stop_after_the_call() -> None:
+        deadline = time.monotonic() + 15
+        while not (calls and working.exists()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        sup.stop()
+
+    stopper = threading.Thread(target=stop_after_the_call)
+    stopper.start()
+    sup.run()
+    stopper.join()
+    # Then on_gone ran for it, and not for the restarted child, which a signal stopped
+    assert len(calls) == 1
+
+
+ORPHANS = """
+import os, subprocess, sys, time
+from firesafe.worker.supervisor import ready_notifier
+ready_notifier()()
+d = {d!r}
+if os.environ["FIRESAFE_WORKER_SLOT"] == "1":  # lives on, leaving a process to its supervisor in its own group
+    subprocess.run(["sh", "-c", "sleep 30 & echo $! > " + os.path.join(d, "live-orphan")], check=True)
+    time.sleep(6)
+    sys.exit(0)
+if not os.path.exists(os.path.join(d, "died")):  # dies once, leaving a 1 s process in a session of its own
+    open(os.path.join(d, "died"), "w").close()
+    orphan = subprocess.Popen(["sleep", "1"], start_new_session=True)
+    open(os.path.join(d, "dead-orphan"), "w").write(str(orphan.pid))
+    os._exit(1)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="child subreapers are a Linux feature")
+def test_as_a_subreaper_it_waits_for_what_a_dead_child_left_reaps_it_and_ignores_a_live_childs(
+        tmp_path: Path) -> None:
+    from firesafe.worker.supervisor import _proc_stat
+
+    # Given two children: one that lives 6 s and leaves a 30 s process behind in its own group, one
+    # that dies at once and leaves a 1 s process behind in a session of its own
+    seen: list[tuple[str | None, str | None]] = []
+
+    def on_gone(prefix: str) -> int:  # where the two processes left behind are when it is called
+        seen.append(tuple(_proc_stat(int((tmp_path / f).read_text()))[0] for f in ("dead-orphan", "live-orphan")))
+        return 0
+
+    sup = Supervisor(child(ORPHANS.format(d=str(tmp_path))), 2, burst=True, restart_backoff=FAST, on_gone=on_gone)
+    try:
+        assert sup.run() == 0
+    finally:
+        live = int((tmp_path / "live-orphan").read_text())
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(live, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(live, 0)  # handed to this process while it was the subreaper
+    # Then on_gone ran once the dead child's process had ended and been reaped (not a zombie), while
+    # the live child's, which it ignored, still ran; and the subreaper is this process no more
+    assert len(seen) == 1 and seen[0][0] is None and seen[0][1] not in (None, "Z"), seen
+    assert not sup._subreaper
