@@ -39,8 +39,8 @@ log = logging.getLogger("firesafe.worker")
 #: Set by a supervisor in each worker process it starts, a tag of its own per process started: the
 #: process's worker ids then begin with ``worker_id_prefix(host, pid, tag)``, so that once the process
 #: is gone the supervisor can name exactly its workers (a later process given the same pid has
-#: another tag). Every id ends with the lane and random characters (two workers of one process, even
-#: of one lane, never share an id).
+#: another tag), then the lane and random characters (two workers of one process, even of one lane,
+#: never share an id). Without it an id is ``"<host>:<pid>:"`` and random characters.
 WORKER_TAG_ENV = "FIRESAFE_WORKER_TAG"
 
 
@@ -104,8 +104,8 @@ class Worker:
         self._startable_for = self.lease - self.heartbeat_interval
         self.random = random.Random(seed)
         tag = os.environ.get(WORKER_TAG_ENV, "")
-        self.id = (worker_id_prefix(socket.gethostname(), os.getpid(), tag) if tag.isalnum() else
-                   f"{socket.gethostname()}:{os.getpid()}:") + f"{lane}.{uuid.uuid4().hex[:6]}"
+        self.id = (worker_id_prefix(socket.gethostname(), os.getpid(), tag) + f"{lane}." if tag.isalnum() else
+                   f"{socket.gethostname()}:{os.getpid()}:") + uuid.uuid4().hex[:6]
         # One of several claim loops of a process (firesafe/worker/lanes.py): the first leads (duties,
         # pruning, rescues, quarantine); all of them keep a suspect alone in the process.
         self._group = group

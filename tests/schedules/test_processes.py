@@ -39,7 +39,7 @@ def every_second(ctx, window):
         f.write(ctx.job.key + "\\n")
 '''
 
-ACTIVE = re.compile(r"scheduler \S+:(\d+):\w+ is the active scheduler")
+ACTIVE = re.compile(r"scheduler \S+:(\d+):[\w.]+ is the active scheduler")
 ENQUEUED = re.compile(r"schedule every_second: enqueued (\d+) window")
 
 
