@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -72,25 +73,39 @@ def run(mode: str, url: str, workdir: Path) -> dict[str, float | int]:
     name = f"recovery_{mode}"
     (workdir / f"{name}.py").write_text(APP.format(url=url, log=str(log), seconds=SECONDS))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(workdir), str(ROOT)]))
-    subprocess.run([sys.executable, "-c", f"import {name} as m; m.app.store.migrate(); "
-                    f"m.slow.enqueue_many([{{'args': [i], 'key': '{mode}:' + str(i)}} for i in range({JOBS})])"],
+    run_id = uuid.uuid4().hex[:8]  # keys of this run only: a store given with --store may hold earlier runs
+    subprocess.run([sys.executable, "-c", f"import {name} as m; m.app.store.migrate(); m.slow.enqueue_many("
+                    f"[{{'args': [i], 'key': '{mode}:{run_id}:' + str(i)}} for i in range({JOBS})])"],
                    env=env, cwd=workdir, check=True)
     worker = [sys.executable, "-m", "firesafe", "worker", f"{name}:app", "--concurrency", str(THREADS),
               "--burst", "--wait-scheduled", "--log-level", "warning"]
 
+    procs: list[subprocess.Popen[bytes]] = []
     with open(workdir / f"{mode}.err", "ab") as err:
-        return _kill_one(mode, log, workdir, lambda argv: subprocess.Popen(
-            argv, env=env, cwd=workdir, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err), worker)
+        try:
+            return _kill_one(mode, log, procs, lambda argv: procs.append(subprocess.Popen(
+                argv, env=env, cwd=workdir, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)), worker)
+        except RuntimeError as exc:  # the workers' output goes with the temporary folder: show its end
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            tail = (workdir / f"{mode}.err").read_text(errors="replace")[-3000:]
+            raise SystemExit(f"{exc}\n--- the workers' output, last lines:\n{tail}") from None
 
 
-def _kill_one(mode: str, log: Path, workdir: Path, start: Any, worker: list[str]) -> dict[str, float | int]:
+def _kill_one(mode: str, log: Path, procs: list[subprocess.Popen[bytes]], start: Any,
+              worker: list[str]) -> dict[str, float | int]:
     """Start the workers, SIGKILL one once its attempts are a quarter through, time the rest."""
-    procs = [start([*worker, "--processes", str(PROCESSES)])] if mode == "supervised" else [
-        start(worker) for _ in range(PROCESSES)]
+    if mode == "supervised":
+        start([*worker, "--processes", str(PROCESSES)])
+    else:
+        for _ in range(PROCESSES):
+            start(worker)
     deadline = time.monotonic() + 60
     while len(read_log(log)[0]) < PROCESSES * THREADS:
         if time.monotonic() > deadline:
-            raise SystemExit(f"{mode}: the jobs did not start; see {workdir / (mode + '.err')}")
+            raise RuntimeError(f"{mode}: the jobs did not start within 60 s")
         time.sleep(0.02)
     time.sleep(SECONDS / 4)  # a quarter of the way into the running attempts
     victim = min(pid for pid, _ in read_log(log)[0])
@@ -98,15 +113,13 @@ def _kill_one(mode: str, log: Path, workdir: Path, start: Any, worker: list[str]
     os.kill(victim, signal.SIGKILL)
     killed = time.monotonic()
     if mode == "lone":
-        procs.append(start(worker))
+        start(worker)
     done_at = None
     while any(p.poll() is None for p in procs):
         if done_at is None and len(read_log(log)[1]) == JOBS:
             done_at = time.monotonic()
         if time.monotonic() - killed > 180:
-            for p in procs:
-                p.kill()
-            raise SystemExit(f"{mode}: not done 180 s after the kill; see {workdir / (mode + '.err')}")
+            raise RuntimeError(f"{mode}: not done 180 s after the kill")
         time.sleep(0.02)
     _, ends = read_log(log)
     done_at = done_at or time.monotonic()
@@ -133,8 +146,9 @@ def main() -> int:
             results[mode] = run(mode, url, workdir)
             if not args.json:
                 r = results[mode]
-                print(f"{mode:>10}: all {JOBS} jobs done {r['seconds']:.1f} s after the kill "
-                      f"(the killed process held {r['held']}); lost {r['lost']}, run twice {r['twice']}", flush=True)
+                what = f"all {JOBS} jobs done" if not r["lost"] else f"NOT ALL DONE ({r['lost']} lost); workers ended"
+                print(f"{mode:>10}: {what} {r['seconds']:.1f} s after the kill (the killed process held "
+                      f"{r['held']}); lost {r['lost']}, run twice {r['twice']}", flush=True)
     ratio = results["lone"]["seconds"] / max(float(results["supervised"]["seconds"]), 1e-9)
     if args.json:
         print(json.dumps({"results": results, "lone_over_supervised": round(ratio, 2)}))

@@ -154,7 +154,6 @@ def test_supervisor_restarts_a_child_that_died(tmp_path: Path) -> None:
 POISON_APP = """
 import os
 from pathlib import Path
-from typing import Any
 
 from firesafe import App, Backoff
 
@@ -292,7 +291,6 @@ DIE_ONCE_APP = """
 import os
 import subprocess
 from pathlib import Path
-from typing import Any
 
 from firesafe import App, Backoff
 
