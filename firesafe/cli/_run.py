@@ -40,7 +40,7 @@ class _LeaseEnder:
         self.closed = False
         self.lock = threading.Lock()
 
-    def __call__(self, prefix: str) -> int:
+    def __call__(self, prefix: str, detail: dict[str, Any]) -> int:
         from firesafe.store import open_store
 
         with self.lock:
@@ -48,7 +48,7 @@ class _LeaseEnder:
                 raise RuntimeError("the supervisor's store connection is closed")
             if self.store is None:
                 self.store = open_store(self.app.store_url, self.app._clock, **self.app._store_options)
-            return int(self.store.worker_process_gone(prefix))
+            return int(self.store.worker_process_gone(prefix, detail))
 
     def close(self) -> None:
         if self.lock.acquire(timeout=1.0):  # not behind a call the store holds up

@@ -178,13 +178,15 @@ class Store(abc.ABC):
         """Record expired attempts as ``lost`` and move their jobs on; fenced on token and expiry."""
 
     @abc.abstractmethod
-    def worker_process_gone(self, prefix: str) -> int:
+    def worker_process_gone(self, prefix: str, detail: dict[str, Any] | None = None) -> int:
         """A worker process has exited (its supervisor reaped it): end now the leases of the attempts
         it held, so the next rescue takes them back instead of waiting for the leases to run out, give
         up the leader leases its workers held (the isolation of suspects above all: its attempts are
-        suspects now) and forget its workers. ``prefix`` is how its worker ids begin (``worker_id_prefix`` in
-        firesafe/worker/worker.py). Returns how many leases ended. Only for a process known to be
-        gone, with nothing it started still running (see firesafe/worker/supervisor.py)."""
+        suspects now) and forget its workers. ``prefix`` is how its worker ids begin
+        (``worker_id_prefix`` in firesafe/worker/worker.py). Each job whose lease ended gets an event,
+        ``lease_ended`` by ``supervisor``, with ``detail`` (how the process ended). Returns how many
+        leases ended. Only for a process known to be gone, with nothing it started still running
+        (see firesafe/worker/supervisor.py)."""
 
     @abc.abstractmethod
     def job_list(self, filt: JobFilter) -> list[Job]:

@@ -735,10 +735,12 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
         return [Expired(r["id"], r["name"], r["lease_token"], r["attempt"], r["max_attempts"], r["deferrals"],
                         r["lost"], r["runs"], bool(r["cancel_requested"])) for r in rows]
 
-    def worker_process_gone(self, prefix: str) -> int:
+    def worker_process_gone(self, prefix: str, detail: dict[str, Any] | None = None) -> int:
         check_worker_prefix(prefix)
         with self._conn() as c, c.transaction():
-            ended = c.execute(self.q["job_expire_process"], {"prefix": prefix, "now": self._now()}).rowcount
+            ended = len(c.execute(self.q["job_expire_process"], {
+                "prefix": prefix, "now": self._now(), "actor": "supervisor",
+                "detail": json.dumps(detail or {})}).fetchall())
             c.execute(self.q["worker_remove_process"], {"prefix": prefix})
             c.execute(self.q["leader_release_process"], {"prefix": prefix})
         return ended

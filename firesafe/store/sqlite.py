@@ -404,13 +404,17 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
         return [Expired(r["id"], r["name"], r["lease_token"], r["attempt"], r["max_attempts"], r["deferrals"],
                         r["lost"], r["runs"], bool(r["cancel_requested"])) for r in rows]
 
-    def worker_process_gone(self, prefix: str) -> int:
+    def worker_process_gone(self, prefix: str, detail: dict[str, Any] | None = None) -> int:
         check_worker_prefix(prefix)
+        now = self.now()
         with self._tx() as c:
-            ended = c.execute(Q["job_expire_process"], {"prefix": prefix, "now": self.now()}).rowcount
+            ended = [r[0] for r in c.execute(Q["job_expire_process"], {"prefix": prefix, "now": now}).fetchall()]
+            for job_id in ended:
+                c.execute(Q["event_insert"], {"job_id": job_id, "now": now, "kind": "lease_ended",
+                                              "actor": "supervisor", "detail": json.dumps(detail or {})})
             c.execute(Q["worker_remove_process"], {"prefix": prefix})
             c.execute(Q["leader_release_process"], {"prefix": prefix})
-        return ended
+        return len(ended)
 
     def job_rescue_many(self, items: Sequence[RescueParams]) -> list[bool]:
         now = self.now()

@@ -141,17 +141,18 @@ class Supervisor:
     gives up, stopping every child and failing, only after ``max_startup_failures`` children of
     one slot in a row exited before they were ready; it returns only when no child is left running.
     With ``on_gone``, a child that exited other than by a clean stop (any exit but code 0 after a
-    signal or, in burst mode, at the end) has ``on_gone(prefix)`` called once nothing it started
+    signal or, in burst mode, at the end) has ``on_gone(prefix, detail)`` called once nothing it started
     runs any more (see the module's docstring), on a thread of the supervisor's own (a slow store
     does not hold it up): the store ends the leases of the workers whose ids begin with ``prefix``
-    (``Store.worker_process_gone``) and returns how many. ``subreaper=False`` keeps orphaned
+    (``Store.worker_process_gone``; ``detail``, for the events it records, says which process
+    ended and how) and returns how many. ``subreaper=False`` keeps orphaned
     descendants with init (only the process groups are checked then).
     """
 
     def __init__(self, command: Sequence[str], processes: int, *, burst: bool = False,
                  env: Mapping[str, str] | None = None, restart_backoff: Backoff | None = None,
                  stable_after: float = 5.0, max_startup_failures: int = 5, check_interval: float = 1.0,
-                 on_gone: Callable[[str], int] | None = None, subreaper: bool = True) -> None:
+                 on_gone: Callable[[str, dict[str, Any]], int] | None = None, subreaper: bool = True) -> None:
         if processes < 1:
             raise ValueError("processes must be >= 1")
         self.command = list(command)
@@ -375,7 +376,8 @@ class Supervisor:
         while (gone := self._to_end.get()) is not None:
             extra = {"slot": gone.slot, "child_pid": gone.pid}
             try:
-                ended = self.on_gone(gone.prefix)
+                ended = self.on_gone(gone.prefix, {"process": gone.slot, "pid": gone.pid,
+                                                   "exit": exit_text(gone.code)})
             except BaseException as exc:  # the store is down: the leases run out as usual; the thread goes on
                 log.warning("could not end the leases of worker process %d (pid %d): %s; its attempts are rescued "
                             "when their leases run out", gone.slot, gone.pid, exc, extra=extra)

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -177,9 +178,11 @@ def test_children_gone_have_their_leases_ended_one_after_the_other_on_one_thread
     note = f"tag = os.environ['FIRESAFE_WORKER_TAG']\nopen({str(seen)!r}, 'a').write(f'{{os.getpid()}}:{{tag}}.\\n')\n"
     program = runs(tmp_path, READY + note + "if run <= 3: os._exit(1)\nsys.exit(0)\n")
     calls: list[tuple[int, str]] = []
+    details: list[dict[str, Any]] = []
 
-    def on_gone(prefix: str) -> int:
+    def on_gone(prefix: str, detail: dict[str, Any]) -> int:
         calls.append((threading.get_ident(), prefix))
+        details.append(detail)
         return 1
 
     sup = Supervisor(program, 1, burst=True, restart_backoff=FAST, on_gone=on_gone, subreaper=False)
@@ -191,6 +194,7 @@ def test_children_gone_have_their_leases_ended_one_after_the_other_on_one_thread
     children = seen.read_text().split()  # "<pid>:<tag>." of each run
     assert len(children) == 4 and len(set(children)) == 4
     assert [p.split(":", 1)[1] for _, p in calls] == children[:3]
+    assert details == [{"process": 1, "pid": int(c.split(":")[0]), "exit": "code 1"} for c in children[:3]]
     assert sup._ender is not None and not sup._ender.is_alive()
 
 
@@ -202,7 +206,7 @@ def test_an_unexpected_clean_exit_while_working_has_its_leases_ended_too(tmp_pat
                    "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
                    f"open({str(working)!r}, 'w').close()\nimport time\ntime.sleep(30)\n")
     calls: list[str] = []
-    sup = Supervisor(program, 1, restart_backoff=FAST, on_gone=lambda prefix: calls.append(prefix) or 0,
+    sup = Supervisor(program, 1, restart_backoff=FAST, on_gone=lambda prefix, detail: calls.append(prefix) or 0,
                      subreaper=False)
 
     def stop_after_the_call() -> None:
@@ -245,7 +249,7 @@ def test_as_a_subreaper_it_waits_for_what_a_dead_child_left_reaps_it_and_ignores
     # that dies at once and leaves a 1 s process behind in a session of its own
     seen: list[tuple[str | None, str | None]] = []
 
-    def on_gone(prefix: str) -> int:  # where the two processes left behind are when it is called
+    def on_gone(prefix: str, detail: dict[str, Any]) -> int:  # where the two processes left behind are then
         seen.append(tuple(_proc_stat(int((tmp_path / f).read_text()))[0] for f in ("dead-orphan", "live-orphan")))
         return 0
 

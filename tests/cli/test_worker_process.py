@@ -337,6 +337,10 @@ def test_a_supervised_process_that_dies_has_its_attempts_rescued_before_their_le
     lost = job.trace[0]
     assert lost.ended_at is not None and (lost.ended_at - lost.started_at).total_seconds() < 30  # lease: 60 s
     assert (tmp_path / "effects.log").read_text() == "die:1\n"
+    # and its events say which process ended how (the supervisor's own words)
+    [ended] = [e for e in job.events if e.kind == "lease_ended"]
+    assert ended.actor == "supervisor" and ended.detail["exit"] == "code 1" and ended.detail["process"] in (1, 2)
+    assert lost.worker and lost.worker.split(":")[1] == str(ended.detail["pid"])
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the supervisor finds orphans as a child subreaper (Linux)")

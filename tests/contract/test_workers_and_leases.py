@@ -89,11 +89,18 @@ def test_a_worker_process_known_gone_has_its_leases_ended_now_and_only_its_own(a
     clock.advance(1)
 
     # The process is gone: both of its attempts can be rescued now, 29 s before their leases end
-    assert store.worker_process_gone("h:12:t1.") == 2
+    how = {"process": 2, "pid": 12, "exit": "signal 9 (SIGKILL)"}
+    assert store.worker_process_gone("h:12:t1.", how) == 2
     clock.advance(0.5)
     expired = store.job_list_expired(10)
-    worker_of = {j.id: j.worker for j in store.job_list(JobFilter(limit=10))}
+    jobs = store.job_list(JobFilter(limit=10))
+    worker_of = {j.id: j.worker for j in jobs}
     assert sorted(worker_of[e.id] for e in expired) == ["h:12:t1.0.a1", "h:12:t1.1.b2"]
+    # each of the two says why in its events, the others have none
+    events = {j.worker: [(e.kind, e.actor, e.detail) for e in app.get(j.key).events] for j in jobs if j.worker}
+    assert events == {"h:12:t1.0.a1": [("lease_ended", "supervisor", how)],
+                      "h:12:t1.1.b2": [("lease_ended", "supervisor", how)],
+                      "h:12:t0.0.c3": [], "h:123:t1.0.d4": [], "other:12:t1.0.e5": []}
     # Its workers are forgotten; the others keep theirs
     assert {w["id"] for w in store.worker_list()} == {"h:12:t0.0.c3", "h:123:t1.0.d4", "other:12:t1.0.e5"}
     assert store.job_list_expired(10) == expired

@@ -240,13 +240,20 @@ ORDER BY lease_expires LIMIT %(limit)s;
 -- it go), so that the next rescue takes them back instead of waiting for the lease to run out.
 -- :prefix is how that process's worker ids begin (see firesafe/worker/worker.py, worker_id_prefix).
 -- Fenced on the state; a lease already over is left as it is. The state = 'running' condition reads the leases index.
+-- Each job whose lease ended gets an event (lease_ended, by the supervisor, with how the process ended).
+-- PostgreSQL differs: one statement writes both (SQLite inserts the events with event_insert).
 WITH clock AS MATERIALIZED (
-    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now)
-UPDATE {schema}.firesafe_jobs j SET lease_expires = c.now
-FROM clock c
-WHERE j.state = 'running' AND j.lease_expires > c.now
-  AND left(j.worker, length(%(prefix)s::text)) = %(prefix)s::text
-RETURNING j.id;
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
+ended AS (
+    UPDATE {schema}.firesafe_jobs j SET lease_expires = c.now
+    FROM clock c
+    WHERE j.state = 'running' AND j.lease_expires > c.now
+      AND left(j.worker, length(%(prefix)s::text)) = %(prefix)s::text
+    RETURNING j.id),
+noted AS (
+    INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
+    SELECT e.id, c.now, 'lease_ended', %(actor)s, %(detail)s FROM ended e CROSS JOIN clock c)
+SELECT id FROM ended;
 
 -- name: job_rescue
 -- Take expired attempts back: fenced on the token seen and on the lease still being expired.

@@ -99,9 +99,11 @@ ORDER BY lease_expires LIMIT :limit;
 -- End now the leases of the attempts a worker process was running when it exited (its supervisor saw
 -- it go), so that the next rescue takes them back instead of waiting for the lease to run out.
 -- :prefix is how that process's worker ids begin (see firesafe/worker/worker.py, worker_id_prefix).
--- Fenced on the state; a lease already over is left as it is.
+-- Fenced on the state; a lease already over is left as it is. Returns the jobs, each of which gets an
+-- event (lease_ended, by the supervisor, with how the process ended: event_insert).
 UPDATE firesafe_jobs SET lease_expires = :now
-WHERE state = 'running' AND lease_expires > :now AND substr(worker, 1, length(:prefix)) = :prefix;
+WHERE state = 'running' AND lease_expires > :now AND substr(worker, 1, length(:prefix)) = :prefix
+RETURNING id;
 
 -- name: job_rescue
 -- Take an expired attempt back: fenced on the token seen and on the lease still being expired.
