@@ -48,7 +48,7 @@ class _LeaseEnder:
                 raise RuntimeError("the supervisor's store connection is closed")
             if self.store is None:
                 self.store = open_store(self.app.store_url, self.app._clock, **self.app._store_options)
-            return int(self.store.worker_process_gone(prefix, detail))
+            return self.store.worker_process_gone(prefix, detail)
 
     def close(self) -> None:
         if self.lock.acquire(timeout=1.0):  # not behind a call the store holds up

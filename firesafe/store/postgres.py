@@ -739,8 +739,7 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
         check_worker_prefix(prefix)
         with self._conn() as c, c.transaction():
             ended = len(c.execute(self.q["job_expire_process"], {
-                "prefix": prefix, "now": self._now(), "actor": "supervisor",
-                "detail": json.dumps(detail or {})}).fetchall())
+                "prefix": prefix, "now": self._now(), "detail": json.dumps(detail or {})}).fetchall())
             c.execute(self.q["worker_remove_process"], {"prefix": prefix})
             c.execute(self.q["leader_release_process"], {"prefix": prefix})
         return ended

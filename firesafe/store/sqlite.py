@@ -406,12 +406,12 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
 
     def worker_process_gone(self, prefix: str, detail: dict[str, Any] | None = None) -> int:
         check_worker_prefix(prefix)
-        now = self.now()
+        now, why = self.now(), json.dumps(detail or {})
         with self._tx() as c:
             ended = [r[0] for r in c.execute(Q["job_expire_process"], {"prefix": prefix, "now": now}).fetchall()]
             for job_id in ended:
                 c.execute(Q["event_insert"], {"job_id": job_id, "now": now, "kind": "lease_ended",
-                                              "actor": "supervisor", "detail": json.dumps(detail or {})})
+                                              "actor": "supervisor", "detail": why})
             c.execute(Q["worker_remove_process"], {"prefix": prefix})
             c.execute(Q["leader_release_process"], {"prefix": prefix})
         return len(ended)

@@ -128,7 +128,7 @@ class _Gone:
     pid: int
     code: int | None
     prefix: str  # how its worker ids begin
-    waiting_noted: bool = False  # logged once that processes of its group still run
+    waiting_noted: bool = False  # logged once that processes it started may still run
 
 
 class Supervisor:
@@ -325,12 +325,12 @@ class Supervisor:
     def _settle_gone(self) -> None:
         """Hand the children gone of which nothing runs any more to the thread that ends their leases
         (and, as a subreaper, reap the orphans that exited, whether or not a child is pending)."""
-        orphans = self._orphans()
+        running = {s.proc.pid for s in self.slots if s.proc is not None}
+        orphans = self._orphans(running)
         if not self._gone:
             return
         # An orphan in a running child's process group is that child's; one in a gone child's group
         # is that one's; one in a group of its own (setsid, setpgid) could be anyone's.
-        running = {s.proc.pid for s in self.slots if s.proc is not None}
         pending = {g.pid for g in self._gone}
         for gone in list(self._gone):
             held = [pid for pid, group in orphans.items()
@@ -348,17 +348,17 @@ class Supervisor:
                             f"pids {', '.join(map(str, held))}, left to this supervisor" if held
                             else "its process group", extra={"slot": gone.slot, "child_pid": gone.pid})
 
-    def _orphans(self) -> dict[int, int]:
-        """As a subreaper: the live processes the children's descendants left to this one, with their
-        process group; reaps those that have exited. Empty otherwise. Processes in the supervisor's
-        own group (ones it started itself, not through a child) are neither counted nor reaped."""
+    def _orphans(self, running: set[int]) -> dict[int, int]:
+        """As a subreaper: the live processes the children's descendants left to this one (not the
+        ``running`` children themselves), with their process group; reaps those that have exited.
+        Empty otherwise. Processes in the supervisor's own group (ones it started itself, not through
+        a child) are neither counted nor reaped."""
         if not self._subreaper:
             return {}
-        ours = {s.proc.pid for s in self.slots if s.proc is not None}
         own_group = os.getpgrp()
         alive: dict[int, int] = {}
         for pid in _children():
-            if pid in ours:
+            if pid in running:
                 continue
             state, group = _proc_stat(pid)
             if state is None or group == own_group:

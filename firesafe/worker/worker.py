@@ -103,9 +103,9 @@ class Worker:
         # the claim or the last heartbeat, a heartbeat's margin before the lease would run out.
         self._startable_for = self.lease - self.heartbeat_interval
         self.random = random.Random(seed)
-        tag = os.environ.get(WORKER_TAG_ENV, "")
-        self.id = (worker_id_prefix(socket.gethostname(), os.getpid(), tag) + f"{lane}." if tag.isalnum() else
-                   f"{socket.gethostname()}:{os.getpid()}:") + uuid.uuid4().hex[:6]
+        host, pid, tag = socket.gethostname(), os.getpid(), os.environ.get(WORKER_TAG_ENV, "")
+        start = worker_id_prefix(host, pid, tag) + f"{lane}." if tag.isalnum() else f"{host}:{pid}:"
+        self.id = start + uuid.uuid4().hex[:6]
         # One of several claim loops of a process (firesafe/worker/lanes.py): the first leads (duties,
         # pruning, rescues, quarantine); all of them keep a suspect alone in the process.
         self._group = group

@@ -239,9 +239,9 @@ ORDER BY lease_expires LIMIT %(limit)s;
 -- End now the leases of the attempts a worker process was running when it exited (its supervisor saw
 -- it go), so that the next rescue takes them back instead of waiting for the lease to run out.
 -- :prefix is how that process's worker ids begin (see firesafe/worker/worker.py, worker_id_prefix).
--- Fenced on the state; a lease already over is left as it is. The state = 'running' condition reads the leases index.
--- Each job whose lease ended gets an event (lease_ended, by the supervisor, with how the process ended).
--- PostgreSQL differs: one statement writes both (SQLite inserts the events with event_insert).
+-- Fenced on the state; a lease already over is left as it is. The state = 'running' condition reads
+-- the leases index. Each job whose lease ended gets an event (lease_ended, by the supervisor, with how
+-- the process ended). PostgreSQL differs: one statement writes both (SQLite adds them by event_insert).
 WITH clock AS MATERIALIZED (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
 ended AS (
@@ -252,7 +252,7 @@ ended AS (
     RETURNING j.id),
 noted AS (
     INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
-    SELECT e.id, c.now, 'lease_ended', %(actor)s, %(detail)s FROM ended e CROSS JOIN clock c)
+    SELECT e.id, c.now, 'lease_ended', 'supervisor', %(detail)s FROM ended e CROSS JOIN clock c)
 SELECT id FROM ended;
 
 -- name: job_rescue
