@@ -195,7 +195,8 @@ class Worker:
                     if now - last_prune >= self.app.prune_interval and self._leads:
                         self.app.prune()
                         last_prune = now
-                    if not self._linger():
+                    lingering = self._linger()
+                    if not lingering:
                         self._flush()
                     self._timeouts()
                     if self._stopping.is_set():
@@ -208,7 +209,9 @@ class Worker:
                         self._wake.wait(0.05)
                         self._wake.clear()
                         continue
-                    claimed = self._claim()
+                    # While outcomes linger for the rest of their batch, the free slots wait too: the
+                    # claim goes with those outcomes, in their transaction, instead of in one of its own.
+                    claimed = [] if lingering else self._claim()
                     self._save_outbox()
                     if faults:
                         log.info("store is reachable again; resuming")

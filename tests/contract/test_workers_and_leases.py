@@ -326,3 +326,93 @@ def test_a_batch_naming_one_attempt_twice_applies_it_once(app: App, clock) -> No
     applied, _ = store.job_finish_and_claim([twice, twice], ClaimParams(("default",), 1, "w", 30.0))
     assert applied == [True, False]
     assert [a.outcome for a in app.get("lost").trace] == ["lost", "succeeded"]
+
+
+def _leases(app: App) -> dict[str, tuple[str, str | None]]:
+    """Every job's ``key: (state, lease_token)``, read from its row."""
+    store: Any = app.store
+    if store.dialect == "sqlite":
+        with store._tx() as c:
+            rows = c.execute("SELECT key, state, lease_token FROM firesafe_jobs").fetchall()
+        return {r[0]: (r[1], r[2]) for r in rows}
+    with store._conn() as c:
+        rows = c.execute(f"SELECT key, state, lease_token FROM {store.schema}.firesafe_jobs").fetchall()
+    return {r["key"]: (r["state"], r["lease_token"]) for r in rows}
+
+
+def _held_exactly_while_running(app: App) -> dict[str, tuple[str, str | None]]:
+    rows = _leases(app)
+    wrong = {k: v for k, v in rows.items() if (v[0] == State.RUNNING) != (v[1] is not None)}
+    assert wrong == {}, "a job holds a lease token exactly while it runs"
+    return rows
+
+
+def test_a_job_holds_a_lease_token_exactly_while_it_runs(app: App, clock) -> None:
+    """Every move into 'running' sets a token and every move out clears it: finishes of each kind,
+    deferrals, limiter waits, rescues, cancels, replays and reruns. (PostgreSQL's statements that
+    reach running jobs by id rely on it: see the header of postgres.sql.)"""
+    from firesafe import Backoff, Permanent, RetryAfter
+    from firesafe.store.base import RescueParams
+
+    app.limiter("one", rate=1, burst=1)
+    tries: dict[str, int] = {}
+
+    @app.job(max_attempts=3, backoff=Backoff(base=1.0, jitter="none"))  # the hand claim's loss uses one
+    def mixed(ctx, what: str) -> str:
+        tries[ctx.job.key] = tries.get(ctx.job.key, 0) + 1
+        if what == "flaky" and tries[ctx.job.key] == 1:
+            raise ConnectionError("down once")
+        if what == "doomed":
+            raise Permanent("never")
+        if what == "later" and tries[ctx.job.key] == 1:
+            raise RetryAfter(5)
+        return what
+
+    @app.job(limiter="one", max_deferrals=5)
+    def limited(ctx, n: int) -> int:
+        return n
+
+    for what in ("ok", "flaky", "doomed", "later", "lost", "cancel-me"):
+        mixed.enqueue(what, key=what)
+    mixed.enqueue("waits", key="waits", delay=60)
+    limited.enqueue_many([{"args": [i], "key": f"lim{i}"} for i in range(3)])
+    assert all(t is None for _, t in _held_exactly_while_running(app).values())
+
+    store = app.store
+    [lost] = [c for c in store.job_claim(ClaimParams(("default",), 10, "w", 30.0)) if c.job.key == "lost"] or [None]
+    assert lost is not None  # the others this claim took are given back as interrupted below
+    rows = _held_exactly_while_running(app)
+    running = [k for k, (s, _) in rows.items() if s == State.RUNNING]
+    assert "lost" in running and len(running) > 1
+    others = [c for c in store.job_claim(ClaimParams(("default",), 10, "w2", 30.0))]  # nothing left to take
+    assert others == []
+    store.job_heartbeat_many([(lost.job.id, lost.token)], 30.0)
+    _held_exactly_while_running(app)
+    assert app.cancel("cancel-me", actor="ops") == "requested"  # running: asked, not moved
+    _held_exactly_while_running(app)
+
+    clock.advance(31)  # every lease of that claim runs out: rescued as lost
+    expired = store.job_list_expired(100)
+    assert store.job_rescue_many([  # as the worker's rescue does: a cancel asked for ends it cancelled
+        RescueParams(e.id, e.token, e.runs, State.CANCELLED if e.cancel_requested else State.SCHEDULED,
+                     None if e.cancel_requested else 0.0, "cancelled" if e.cancel_requested else None, "lost")
+        for e in expired]) == [True] * len(expired)
+    _held_exactly_while_running(app)
+    assert app.cancel("waits", actor="ops") == "cancelled"  # waiting: moved at once
+
+    for _ in range(12):  # retries, the deferral, the limiter's waits, the cancel, the dead letter
+        clock.advance(6)
+        app.work(burst=True)
+        _held_exactly_while_running(app)
+    final = _held_exactly_while_running(app)
+    assert final["doomed"][0] == State.DEAD and final["waits"][0] == State.CANCELLED
+    assert final["cancel-me"][0] == State.CANCELLED
+    assert all(final[k][0] == State.SUCCEEDED for k in ("ok", "flaky", "later", "lost", "lim0", "lim1", "lim2")), final
+    assert any(a.outcome == "deferred" and (a.detail or {}).get("why") == "rate"
+               for k in ("lim1", "lim2") for a in app.get(k).trace), "a limiter wait took place"
+
+    assert app.dlq.replay(keys=["doomed"], actor="ops").keys == ["doomed"]
+    app.rerun("ok", actor="ops")
+    _held_exactly_while_running(app)
+    app.work(burst=True)
+    _held_exactly_while_running(app)

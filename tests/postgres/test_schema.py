@@ -310,3 +310,65 @@ def test_a_process_recovers_when_a_migration_changes_a_table_under_it(pg: Pg) ->
     assert len(failures) <= 1, failures
     assert all("changed under this process" in f and "a retry works" in f for f in failures), failures
     app.close()
+
+
+#: Statements that reach running jobs by id: they name the running state by the lease token (see the
+#: header of postgres.sql), so none can read the partial leases index.
+BY_ID = ["job_finish", "job_heartbeat", "job_rescue", "job_cancel_running", "attempts_of_job", "step_record",
+         "limiter_slots_prune", "limiter_job_live", "limiter_job_wait", "limiter_list"]
+
+
+def test_statements_that_reach_running_jobs_by_id_never_read_the_leases_index(pg: Pg) -> None:
+    """The statistics are taken while nothing runs (as an autovacuum's ANALYZE of an idle queue would),
+    then 512 jobs run. With state = 'running' in these statements the planner read the leases index
+    for them (it holds every running job's entry, and the statistics say there are none) instead of
+    looking each job up by id: a finish of 128 jobs compared 128 x 128 pairs. Checked under the generic
+    plan a worker's finish-and-claim uses."""
+    store = migrated(pg)
+    app = App(store)
+
+    @app.job()
+    def work(ctx, n: int) -> int:
+        return n
+
+    try:
+        work.enqueue_many([{"args": [i]} for i in range(3000)])
+        with pg.admin() as conn:
+            conn.execute(f'ANALYZE "{pg.schema}".firesafe_jobs')
+        assert len(store.job_claim(ClaimParams(("default",), 512, "w", 30.0))) == 512
+        plans = {}
+        with psycopg.connect(pg.url.split("?")[0], autocommit=True) as conn:
+            for name in BY_ID:
+                query, names = numbered(store.q[name])
+                with conn.transaction():
+                    conn.execute(store.q["plan_generic"])
+                    conn.execute(f"PREPARE q AS {query}")
+                    plans[name] = "\n".join(r[0] for r in conn.execute(
+                        f"EXPLAIN EXECUTE q({', '.join(['NULL'] * len(names))})"))
+                    conn.execute("DEALLOCATE q")
+        assert [n for n, plan in plans.items() if "firesafe_jobs_leases" in plan] == [], plans
+        assert all("firesafe_jobs_pkey" in plans[n] for n in ("job_finish", "job_heartbeat", "step_record")), plans
+    finally:
+        app.close()
+
+
+def test_a_job_running_without_a_lease_token_or_waiting_with_one_is_refused(pg: Pg) -> None:
+    store = migrated(pg)
+    app = App(store)
+
+    @app.job()
+    def work(ctx, n: int) -> int:
+        return n
+
+    try:
+        work.enqueue(1, key="k")
+        table = f'"{pg.schema}".firesafe_jobs'
+        with pg.admin() as conn:
+            for change in ("state = 'running'", "lease_token = 'a-token'"):
+                with pytest.raises(psycopg.errors.CheckViolation, match="firesafe_jobs_leased_while_running"):
+                    conn.execute(f"UPDATE {table} SET {change} WHERE key = 'k'")
+            conn.execute(f"UPDATE {table} SET state = 'running', lease_token = 't' WHERE key = 'k'")
+            with pytest.raises(psycopg.errors.CheckViolation, match="firesafe_jobs_leased_while_running"):
+                conn.execute(f"UPDATE {table} SET state = 'succeeded' WHERE key = 'k'")
+    finally:
+        app.close()

@@ -7,6 +7,14 @@
 -- by one statement is the same instant.
 -- Batches: where SQLite loops over items in one transaction, PostgreSQL sends the whole batch as arrays
 -- in one statement (one round trip, atomic without an explicit transaction).
+-- Running jobs reached by id: a job holds a lease token exactly while it runs (the CHECK constraint
+-- firesafe_jobs_leased_while_running), so a statement that reaches jobs by id names the running
+-- state by the token: lease_token = the attempt's token (the fence), or lease_token IS NOT NULL. It
+-- never writes state = 'running' there: that condition matches the partial leases index, and a
+-- planner whose statistics were taken while few jobs ran would read every running job's entry of
+-- that index to find a batch instead of looking each job up by its id (see migration 0010).
+-- Statements about the running jobs as a set (the rescue's look for expired leases, counts) write
+-- state = 'running' and read that index.
 
 -- name: schema_present
 -- Whether firesafe's schema exists (PostgreSQL only): a DBA may create it for a role that may not.
@@ -186,7 +194,7 @@ done AS (
         finished_at = CASE WHEN f.state IN ('succeeded', 'dead', 'cancelled') THEN c.now ELSE NULL END,
         updated_at = c.now
     FROM f CROSS JOIN clock c
-    WHERE j.id = f.job_id AND j.state = 'running' AND j.lease_token = f.token
+    WHERE j.id = f.job_id AND j.lease_token = f.token
     RETURNING j.id, j.attempt, j.worker, j.started_at),
 closed AS (
     INSERT INTO {schema}.firesafe_attempts AS a (job_id, seq, attempt, worker, started_at, ended_at, outcome,
@@ -224,7 +232,7 @@ WITH clock AS MATERIALIZED (
 h AS (SELECT * FROM unnest(%(job_id)s::bigint[], %(token)s::text[]) AS h(job_id, token))
 UPDATE {schema}.firesafe_jobs j SET lease_expires = c.now + %(lease)s::float8
 FROM h CROSS JOIN clock c
-WHERE j.id = h.job_id AND j.state = 'running' AND j.lease_token = h.token
+WHERE j.id = h.job_id AND j.lease_token = h.token
 RETURNING j.id, j.cancel_requested;
 
 -- name: job_list_expired
@@ -268,7 +276,7 @@ r AS MATERIALIZED (
         AS r(job_id, token, seq, state, delay, reason, message)),
 target AS (
     SELECT j.id FROM {schema}.firesafe_jobs j JOIN r ON r.job_id = j.id
-    WHERE j.state = 'running' AND j.lease_token = r.token AND j.lease_expires < (SELECT now FROM clock)
+    WHERE j.lease_token = r.token AND j.lease_expires < (SELECT now FROM clock)
     ORDER BY j.id
     FOR UPDATE OF j SKIP LOCKED),
 moved AS (
@@ -279,7 +287,7 @@ moved AS (
         finished_at = CASE WHEN r.state IN ('dead', 'cancelled') THEN c.now ELSE NULL END,
         updated_at = c.now
     FROM target t JOIN r ON r.job_id = t.id CROSS JOIN clock c
-    WHERE j.id = t.id AND j.state = 'running' AND j.lease_token = r.token AND j.lease_expires < c.now
+    WHERE j.id = t.id AND j.lease_token = r.token AND j.lease_expires < c.now
     RETURNING j.id, j.attempt, j.worker, j.started_at),
 closed AS (
     INSERT INTO {schema}.firesafe_attempts AS a (job_id, seq, attempt, worker, started_at, ended_at, outcome,
@@ -354,7 +362,7 @@ moved AS (
     UPDATE {schema}.firesafe_jobs j
     SET cancel_requested = true, updated_at = c.now
     FROM clock c
-    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'running'
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.lease_token IS NOT NULL
     RETURNING j.id, c.now AS at),
 recorded AS (
     INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
@@ -376,7 +384,7 @@ UNION ALL
 SELECT j.id, j.runs, j.attempt, j.worker, coalesce(j.started_at, j.updated_at), NULL, NULL, NULL, NULL, NULL,
        NULL
 FROM {schema}.firesafe_jobs j
-WHERE j.id = %(job_id)s AND j.state = 'running'
+WHERE j.id = %(job_id)s AND j.lease_token IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM {schema}.firesafe_attempts a WHERE a.job_id = j.id AND a.seq = j.runs)
 ORDER BY seq;
 

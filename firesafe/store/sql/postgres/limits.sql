@@ -46,7 +46,7 @@ WHERE name = %(name)s;
 DELETE FROM {schema}.firesafe_limiter_slots s
 WHERE s.limiter = ANY(%(names)s::text[])
   AND NOT EXISTS (SELECT 1 FROM {schema}.firesafe_jobs j
-                  WHERE j.id = s.job_id AND j.state = 'running' AND j.lease_token = s.token
+                  WHERE j.id = s.job_id AND j.lease_token = s.token
                     AND j.lease_expires >= %(now)s::float8);
 
 -- name: limiter_slots_count
@@ -67,7 +67,7 @@ WHERE limiter = %(limiter)s AND job_id = %(job_id)s AND token = %(token)s;
 -- name: limiter_job_live
 -- Whether a job still runs under a lease token (the breaker's probe).
 SELECT count(*) AS n FROM {schema}.firesafe_jobs
-WHERE id = %(job_id)s AND state = 'running' AND lease_token = %(token)s AND lease_expires >= %(now)s::float8;
+WHERE id = %(job_id)s AND lease_token = %(token)s AND lease_expires >= %(now)s::float8;
 
 -- name: limiter_job_wait
 -- Give running attempts back to wait for a limiter: scheduled at their turns, the attempts not used
@@ -86,7 +86,7 @@ moved AS (
         error_type = coalesce(w.error_type, j.error_type), error_message = coalesce(w.message, j.error_message),
         updated_at = %(now)s::float8
     FROM w
-    WHERE j.id = w.job_id AND j.state = 'running' AND j.lease_token = w.token
+    WHERE j.id = w.job_id AND j.lease_token = w.token
     RETURNING j.id, j.attempt, j.worker, j.started_at),
 closed AS (
     INSERT INTO {schema}.firesafe_attempts AS a (job_id, seq, attempt, worker, started_at, ended_at, outcome,
@@ -129,7 +129,7 @@ ORDER BY id DESC LIMIT %(limit)s;
 -- Every limiter with its slots in use and the jobs waiting for it.
 SELECT l.*,
     (SELECT count(*) FROM {schema}.firesafe_limiter_slots s JOIN {schema}.firesafe_jobs j ON j.id = s.job_id
-     WHERE s.limiter = l.name AND j.state = 'running' AND j.lease_token = s.token
+     WHERE s.limiter = l.name AND j.lease_token = s.token
        AND j.lease_expires >= %(now)s::float8) AS in_flight,
     (SELECT count(*) FROM {schema}.firesafe_jobs j
      WHERE j.state = 'scheduled' AND j.reason = 'limiter:' || l.name) AS waiting

@@ -12,7 +12,7 @@ INSERT INTO {schema}.firesafe_steps (job_id, name, position, result, run_seq, re
 SELECT id, %(name)s, %(position)s, %(result)s, runs,
        coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
 FROM (SELECT id, runs FROM {schema}.firesafe_jobs
-      WHERE id = %(job_id)s AND state = 'running' AND lease_token = %(token)s FOR SHARE) j
+      WHERE id = %(job_id)s AND lease_token = %(token)s FOR SHARE) j
 ON CONFLICT (job_id, name) DO NOTHING;
 
 -- name: step_delete_from

@@ -1,0 +1,5 @@
+-- Nothing to change on SQLite. On PostgreSQL this version adds the constraint that a job holds a
+-- lease token exactly while it runs, so that its statements can reach jobs by id without the
+-- condition state = 'running', which lets its planner pick a partial index over the primary key (see
+-- migrations/postgres/0010_leased_while_running.sql). SQLite always looks a job up by its rowid, so
+-- its statements keep that condition and rely on nothing new.
