@@ -679,7 +679,7 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
         with self._conn() as c:
             rows = c.execute(self._claim_sql(params), self._claim_params(params, token),
                              binary=True).fetchall()
-        return [Claimed(Job.from_row(r), token) for r in rows]
+        return [Claimed(Job.from_claim_row(r, params.worker), token) for r in rows]
 
     def job_finish_and_claim(self, finishes: Sequence[FinishParams],
                              claim: ClaimParams) -> tuple[list[bool], list[Claimed]]:
@@ -698,7 +698,8 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
                 claimed = c.execute(self._claim_sql(claim), self._claim_params(claim, token), binary=True)
             applied = {r["id"] for r in finished.fetchall()}
             rows = claimed.fetchall()
-        return _applied_per_item(finishes, firsts, applied), [Claimed(Job.from_row(r), token) for r in rows]
+        return _applied_per_item(finishes, firsts, applied), [Claimed(Job.from_claim_row(r, claim.worker), token)
+                                                              for r in rows]
 
     def job_finish_many(self, items: Sequence[FinishParams]) -> list[bool]:
         if not items:

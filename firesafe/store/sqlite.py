@@ -367,7 +367,7 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
             "token": token, "now": now, "lease": params.lease, "worker": params.worker,
             "queues": json.dumps(list(params.queues)), "limit": params.limit,
         })
-        return [Claimed(Job.from_row(r), token) for r in rows]
+        return [Claimed(Job.from_claim_row(r, params.worker), token) for r in rows]
 
     def _finish(self, c: sqlite3.Connection, items: Sequence[FinishParams], now: float) -> list[bool]:
         applied: list[bool] = []

@@ -46,3 +46,17 @@ def test_migrate_is_idempotent(tmp_path) -> None:
     assert applied[0] == 1 and applied == sorted(applied)
     assert store.migrate() == []
     assert store.schema_version() == applied[-1]
+
+
+def test_both_claims_return_exactly_the_columns_a_claimed_job_is_built_from() -> None:
+    """A claim returns what an attempt needs (models.CLAIMED_COLUMNS), in both dialects: a column
+    missing fails every claim, one more is work for the server and the client on every job."""
+    import re
+
+    from firesafe.models import CLAIMED_COLUMNS
+    from firesafe.store import queries
+
+    for dialect in ("sqlite", "postgres"):
+        after = queries.load(dialect)["job_claim"].rsplit("RETURNING", 1)[1]
+        listed = re.split(r"[);]", after, maxsplit=1)[0]
+        assert tuple(c.strip().removeprefix("j.") for c in listed.split(",")) == CLAIMED_COLUMNS, dialect

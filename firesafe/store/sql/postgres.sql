@@ -139,6 +139,7 @@ SELECT * FROM {schema}.firesafe_jobs WHERE key = %(key)s;
 -- every execution (finish-and-claim runs it under a generic plan, see the store) then knows it fetches
 -- a few rows, so it keeps the ordered index scan whatever the backlog. {lost} is "j.lost = 0" for a
 -- claim of jobs never lost, "j.lost > 0" for suspects (their own partial index, nearly empty).
+-- It returns what an attempt needs (models.CLAIMED_COLUMNS), not the job's history.
 WITH clock AS MATERIALIZED (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
 picked AS (
@@ -158,7 +159,8 @@ claimed AS (
         worker = %(worker)s, attempt = j.attempt + 1, runs = j.runs + 1, started_at = c.now, updated_at = c.now
     FROM picked p CROSS JOIN clock c
     WHERE j.id = p.id
-    RETURNING j.*)
+    RETURNING j.id, j.key, j.name, j.queue, j.state, j.payload, j.arg_names, j.attempt, j.max_attempts, j.runs,
+              j.deferrals, j.lost, j.run_at, j.created_at, j.updated_at, j.cancel_requested)
 SELECT * FROM claimed ORDER BY run_at, id;
 
 -- name: plan_generic

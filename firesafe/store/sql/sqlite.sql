@@ -43,6 +43,7 @@ SELECT * FROM firesafe_jobs WHERE key = :key;
 -- the partial runnable index (queue, run_at) keeps a claim under 0.3 ms at any backlog. The store
 -- writes in {index} and {lost}: firesafe_jobs_runnable and "lost = 0" for a claim of jobs never
 -- lost, firesafe_jobs_suspects and "lost > 0" for suspects (an index that holds only them).
+-- It returns what an attempt needs (models.CLAIMED_COLUMNS), not the job's history.
 UPDATE firesafe_jobs
 SET state = 'running', lease_token = :token, lease_expires = :now + :lease, worker = :worker,
     attempt = attempt + 1, runs = runs + 1, started_at = :now, updated_at = :now
@@ -53,7 +54,8 @@ WHERE id IN (
       AND {lost}
     ORDER BY run_at, id
     LIMIT :limit)
-RETURNING *;
+RETURNING id, key, name, queue, state, payload, arg_names, attempt, max_attempts, runs, deferrals, lost, run_at,
+          created_at, updated_at, cancel_requested;
 
 -- name: job_finish
 -- End a running attempt: only if the job is still running under this lease token (fencing).
