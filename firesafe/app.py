@@ -429,6 +429,8 @@ class App:
         ``wait_scheduled=True`` (with ``burst``) also waits for jobs scheduled later (retries).
         ``lanes``: claim loops sharing the ``concurrency`` threads, each with its own store
         connection (see docs/operations.md: 2 may help one process of very short jobs on PostgreSQL).
+        ``pipeline``: store transactions kept in flight (default: 2 on PostgreSQL while prefetching,
+        else 1; see firesafe/worker/pipeline.py). Other options: see :class:`firesafe.worker.Worker`.
         """
         w = self._runner(queues, lanes, burst=burst, concurrency=concurrency, **options)
         if threading.current_thread() is threading.main_thread() and not burst:

@@ -88,9 +88,14 @@ def _watch_parent(worker: Any) -> None:
 @click.option("--prefetch", type=click.IntRange(0, 4096), default=None, metavar="N",
               help="Jobs each process may claim beyond its free threads while its attempts are short "
                    "(under 20 ms on average), so one commit saves more outcomes [default: as many as the "
-                   "threads run in about 20 ms, at least the concurrency, at most 128 jobs held in all "
+                   "threads run in about 20 ms, at least the concurrency, at most 512 jobs held in all "
                    "(or twice the concurrency); N fixes it; 0 turns it off]. A prefetched job waits in the "
                    "worker, its lease held.")
+@click.option("--pipeline", type=click.IntRange(1, 8), default=None, metavar="N",
+              help="Store transactions each process keeps in flight: while one saves a batch's outcomes "
+                   "and claims the next, the threads run the batch before it [default: 2 on PostgreSQL for "
+                   "a worker that prefetches, else 1 (SQLite has one writer; limiters and --lanes use 1)]. "
+                   "Each one in flight uses a store connection.")
 @click.option("--lanes", type=click.IntRange(1, 16), default=1, show_default=True, metavar="N",
               help="Claim loops in each process, sharing its threads, each with its own store connection: "
                    "while one waits for its transaction another runs its Python. 2 may help one process "
@@ -107,8 +112,8 @@ def _watch_parent(worker: Any) -> None:
               help="json: one JSON object per line (timestamp, level, logger, message, job_key, ...).")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               default="INFO", show_default=True)
-def worker(target: str, queues: str | None, concurrency: int, prefetch: int | None, lanes: int,
-           processes: int, burst: bool, wait_scheduled: bool, grace: float, log_format: str,
+def worker(target: str, queues: str | None, concurrency: int, prefetch: int | None, pipeline: int | None,
+           lanes: int, processes: int, burst: bool, wait_scheduled: bool, grace: float, log_format: str,
            log_level: str) -> None:
     """Run workers for the app MODULE:APP (imported like uvicorn does; the current directory is importable).
 
@@ -148,6 +153,8 @@ def worker(target: str, queues: str | None, concurrency: int, prefetch: int | No
             command += ["--queues", ",".join(queue_list)]
         if prefetch is not None:
             command += ["--prefetch", str(prefetch)]
+        if pipeline is not None:
+            command += ["--pipeline", str(pipeline)]
         if lanes != 1:
             command += ["--lanes", str(lanes)]
         if burst:
@@ -162,7 +169,7 @@ def worker(target: str, queues: str | None, concurrency: int, prefetch: int | No
         raise SystemExit(code)
 
     w = app._runner(queue_list or None, lanes, concurrency=concurrency, burst=burst,
-                    wait_scheduled=wait_scheduled, grace=grace, prefetch=prefetch)
+                    wait_scheduled=wait_scheduled, grace=grace, prefetch=prefetch, pipeline=pipeline)
     w.install_signal_handlers()
     _watch_parent(w)
     if ready is not None:  # supervised: ready once the worker loop starts (store open, about to claim)

@@ -75,6 +75,9 @@ LOOP_MIRRORED = frozenset({"_heartbeat", "_rescue", "_check_isolation", "_linger
                            "_save_outbox"})
 LOOP_SKIPPED = {
     "_live": "shutdown and burst mode: whether attempts are left to conclude",
+    "_busy": "shutdown and burst mode: whether attempts, outcomes or transactions in flight are left",
+    "_collect": "the pipeline: a simulated worker keeps none (pipeline=1), its loop runs each transaction",
+    "_settle": "shutdown: the pipeline's transactions in flight (none in the simulation)",
     "_release_all": "shutdown: the simulation never stops a worker gracefully",
     "_idle": "burst mode: simulated workers run until the scenario settles",
     "_sleep_time": "waiting: the simulation moves its clock to the next thing due instead",
@@ -339,9 +342,10 @@ class Simulation:
         name = f"w{len(self.workers) + 1}"
         # No prefetch (a job of max_attempts=1 turns it off anyway): the synchronous pool runs each
         # job as it is claimed, so no job would ever wait, and the pace it keeps is wall-clock time,
-        # which a seed could not replay. tests/integration/test_prefetch.py covers prefetch.
+        # which a seed could not replay. tests/integration/test_prefetch.py covers prefetch. No
+        # pipeline either: the loop's turn runs each transaction (tests/integration/test_pipeline.py).
         worker = self.app.worker([self.queue], concurrency=self.s.concurrency, lease=self.s.lease,
-                                 seed=self.rng.randrange(2**32), prefetch=0)
+                                 seed=self.rng.randrange(2**32), prefetch=0, pipeline=1)
         worker.id = f"sim:{name}"
         worker._pool = _SyncPool()
         w = _SimWorker(name, worker)
@@ -407,10 +411,11 @@ class Simulation:
                 worker._rescue()
                 worker._check_isolation()
             before = worker.stats.succeeded + worker.stats.failed + worker.stats.dead + worker.stats.deferred
-            if not worker._linger():
+            lingering = worker._linger()
+            if not lingering:
                 worker._flush()
             worker._timeouts()
-            claimed = worker._claim()  # saves the outcomes _flush collected, with the claim
+            claimed = [] if lingering else worker._claim()  # saves the outcomes _flush collected, with the claim
             worker._save_outbox()  # those no claim took along
             if claimed:  # the attempts ran (inline); their outcomes are not saved yet
                 self._point("before_complete", ",".join(c.job.key for c in claimed))

@@ -124,6 +124,9 @@ class Store(abc.ABC):
 
     url: str
     dialect: str
+    #: Whether transactions from several connections run at once (PostgreSQL) or one after another
+    #: (SQLite: one writer). A worker keeps several of its transactions in flight only where they do.
+    concurrent_writers: bool = False
 
     @abc.abstractmethod
     def now(self) -> float:

@@ -300,6 +300,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostgres, AlertsPostgres,
                     DashboardQueries, MovesByQuery, Store):
     dialect = "postgres"
+    concurrent_writers = True
 
     def __init__(self, url: str, clock: Clock | None = None, *, pool_min: int = 1, pool_max: int = 8,
                  timeout: float = 5.0, application_name: str = "firesafe") -> None:

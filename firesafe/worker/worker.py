@@ -1,8 +1,11 @@
 """The worker loop: claim in batches, run attempts on a thread pool, commit outcomes in batches.
 
-One thread (the loop) talks to the store; attempts run on pool threads and hand their outcomes back
-through a queue. The loop also extends leases (heartbeats), enforces timeouts, rescues jobs whose
-worker died, and prunes finished jobs past their retention.
+One thread (the loop) decides what the store is asked; attempts run on pool threads and hand their
+outcomes back through a queue. A batch's outcomes and the next claim go to the store in one
+transaction, run by the loop itself or, with a pipeline (firesafe/worker/pipeline.py, the default
+on PostgreSQL), by committer threads while the loop goes on. The loop also extends leases
+(heartbeats), enforces timeouts, rescues jobs whose worker died, and prunes finished jobs past
+their retention.
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from firesafe.context import Context, JobInfo
-from firesafe.errors import Cancelled, StoreError
+from firesafe.errors import Cancelled, ConfigError, StoreError
 from firesafe.retries.backoff import Backoff
 from firesafe.retries.decide import DEFAULT_MAX_LOST, Budget, decide_lost
 from firesafe.states import State
 from firesafe.store.base import Claimed, ClaimParams, FinishParams, RescueParams
 from firesafe.worker import executor
+from firesafe.worker.pipeline import DEFAULT_DEPTH, Request, StorePipeline
 from firesafe.worker.pool import Pool
 
 if TYPE_CHECKING:
@@ -58,6 +62,7 @@ class _Running:
     started: float | None = None  # when a pool thread began it (None while it waits, prefetched)
     deadline: float | None = None
     done: bool = False  # concluded by the loop (timeout, release, lease lost): a late result is dropped
+    saving: bool = False  # its outcome came back and is being saved (in the outbox, in flight, or unsaved)
 
 
 @dataclass
@@ -84,7 +89,7 @@ class Worker:
                  poll_interval: float = 0.5, grace: float = 30.0, batch: int | None = None,
                  max_lost: int = DEFAULT_MAX_LOST, rescue_interval: float | None = None,
                  seed: int | None = None, prefetch: int | None = None, group: LaneGroup | None = None,
-                 lane: int = 0) -> None:
+                 lane: int = 0, pipeline: int | None = None) -> None:
         self.app = app
         self.store = app.store
         self.queues = tuple(queues) if queues else app.queues()
@@ -148,6 +153,19 @@ class Worker:
         if self._limits is not None or any(j.max_attempts == 1 for j in app.jobs.values()):
             self.prefetch = 0
         self.batch = batch or self.concurrency + self.prefetch
+        # Store transactions in flight (firesafe/worker/pipeline.py): by default two where the store
+        # has concurrent writers and the loop prefetches (so that a batch runs while the next one's
+        # transaction does) and is its process's only one; otherwise one, the loop waiting for each.
+        # A suspect is always claimed with nothing in flight, and limiters keep the loop to one.
+        if pipeline is None:
+            pipeline = DEFAULT_DEPTH if getattr(self.store, "concurrent_writers", False) and self.prefetch else 1
+        elif isinstance(pipeline, bool) or not isinstance(pipeline, int) or pipeline < 1:
+            raise ConfigError(f"pipeline must be a whole number >= 1, not {pipeline!r}")
+        self.pipeline = 1 if group is not None or self._limits is not None else pipeline
+        self._pipe: StorePipeline | None = None
+        # A claim in the pipeline came back empty: no claim without outcomes goes out until the loop
+        # has waited (a poll interval, or a wake-up), as a loop waits after an empty claim of its own.
+        self._dry = False
 
     # -- control -----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -165,6 +183,8 @@ class Worker:
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> WorkerStats:
         self._pool = Pool(self.concurrency)
+        if self.pipeline > 1:
+            self._pipe = StorePipeline(self.store, self.pipeline, self._wake.set)
         # A store that can push wake-ups (PostgreSQL LISTEN/NOTIFY) ends the idle wait as soon as a job
         # arrives; polling every poll_interval stays the fallback.
         # With several claim loops the leader's listener wakes them all (one LISTEN connection).
@@ -178,12 +198,14 @@ class Worker:
         faults = 0
         last_beat = last_rescue = last_prune = 0.0
         stop_at: float | None = None
-        log.info("worker %s started: queues=%s concurrency=%d prefetch=%s%s", self.id, ",".join(self.queues),
-                 self.concurrency, f"paced(max={self.prefetch})" if self._prefetch_sized and self.prefetch
-                 else self.prefetch, f" lane={self.lane + 1}/{self._group.size}" if self._group else "")
+        log.info("worker %s started: queues=%s concurrency=%d prefetch=%s pipeline=%d%s", self.id,
+                 ",".join(self.queues), self.concurrency, f"paced(max={self.prefetch})"
+                 if self._prefetch_sized and self.prefetch else self.prefetch, self.pipeline,
+                 f" lane={self.lane + 1}/{self._group.size}" if self._group else "")
         try:
             while True:
                 try:
+                    self._collect()
                     now = time.monotonic()
                     if now - last_beat >= self.heartbeat_interval:
                         self._heartbeat()
@@ -203,8 +225,8 @@ class Worker:
                         self._save_outbox()
                         if stop_at is None:
                             stop_at = time.monotonic() + self.grace
-                        if not self._live() or time.monotonic() >= stop_at:
-                            self._release_all()
+                        if not self._busy() or time.monotonic() >= stop_at:
+                            self._release_all()  # not the outcomes in flight: _shutdown waits for those
                             break
                         self._wake.wait(0.05)
                         self._wake.clear()
@@ -216,11 +238,12 @@ class Worker:
                     if faults:
                         log.info("store is reachable again; resuming")
                         faults = 0
-                    if not claimed and not self._live() and self.burst and self._idle():
+                    if not claimed and not self._busy() and self.burst and self._idle():
                         break
                     if not claimed:
                         self._wake.wait(self._sleep_time())
                         self._wake.clear()
+                        self._dry = False
                 except StoreError as exc:
                     faults += 1
                     pause = store_backoff.delay(faults, self.random.random())
@@ -251,6 +274,51 @@ class Worker:
         for it: its outcome is saved, so a burst worker may end and a stopping one need not wait."""
         return any(not r.done for r in self._running.values())
 
+    def _busy(self) -> bool:
+        """Whether anything is left to do here: an attempt to conclude, or outcomes and claims still to
+        be saved or answered (in the outbox, or in the pipeline)."""
+        return self._live() or self._outbox is not None or bool(self._pipe and self._pipe.in_flight)
+
+    def _in_flight(self) -> set[tuple[int, int]]:
+        """The attempts whose outcomes are in the pipeline, by ``(job id, run)``."""
+        if self._pipe is None:
+            return set()
+        return {(r.claimed.job.id, r.claimed.job.runs) for req in self._pipe.in_flight for r, _ in req.meta}
+
+    def _collect(self) -> None:
+        """Take in the pipeline's requests that finished: book their outcomes, start the jobs they
+        claimed. One that failed keeps its outcomes to save again (see :meth:`_flush`), its claim
+        took nothing, and its error is raised once the others are in."""
+        if self._pipe is None:
+            return
+        error: BaseException | None = None
+        for req in self._pipe.completed():
+            if req.error is not None:
+                if req.finishes:
+                    self._unsaved.append((req.finishes, req.meta, False))
+                error = error or req.error
+                continue
+            if req.finishes:
+                self._book(req.finishes, req.meta, req.applied)
+            if req.claim is not None and not req.claimed:
+                self._dry = True
+            self.stats.claimed += len(req.claimed)
+            for c in req.claimed:
+                self._start(c)
+        if error is not None:
+            raise error
+
+    #: How long a stopping worker waits for the transactions in its pipeline (seconds).
+    SETTLE = 10.0
+
+    def _settle(self) -> None:
+        """Wait for the pipeline's transactions in flight (up to ``SETTLE`` seconds) and take them in."""
+        if self._pipe is not None and self._pipe.in_flight:
+            if not self._pipe.wait_settled(self.SETTLE):
+                log.error("%d store transaction(s) still unanswered after %.0fs; their leases will expire and "
+                          "their jobs be rescued", len(self._pipe.in_flight), self.SETTLE)
+            self._collect()
+
     #: How long outcomes that came back may wait for the rest of their batch (see :meth:`_linger`).
     LINGER = 0.002
 
@@ -262,7 +330,7 @@ class Worker:
         outcome only waits a little longer in memory, its lease held and heartbeated as before."""
         back = self._done.qsize()
         if not back or self._unsaved or self._stopping.is_set() or back >= sum(
-                1 for r in self._running.values() if not r.done):
+                1 for r in self._running.values() if not r.done and not r.saving):
             self._linger_until = None
             return False
         now = time.monotonic()
@@ -305,20 +373,24 @@ class Worker:
         """Claim what fits in the free slots. A job that lost its worker before (a suspect of
         killing it) runs alone, in the one worker holding the isolation lease, so a poison job
         cannot take the jobs beside it down with it: they never share its process."""
-        # The attempts whose outcomes wait in the outbox free their slots with this claim.
-        leaving = {(r.claimed.job.id, r.claimed.job.runs) for r, _ in self._outbox[1]} if self._outbox else set()
+        # The attempts whose outcomes wait in the outbox free their slots with this claim, and so do
+        # those whose outcomes are in flight (a claim in flight holds the slots it may fill instead).
+        leaving = self._in_flight()
+        if self._outbox:
+            leaving.update((r.claimed.job.id, r.claimed.job.runs) for r, _ in self._outbox[1])
         staying = [r for k, r in self._running.items() if k not in leaving]
         if any(r.claimed.job.lost > 0 for r in staying):
             return []
+        flying = bool(self._pipe and self._pipe.in_flight)
         group = self._group
         if group is not None and not self._leads:  # another loop of this process: see LaneGroup
             return group.claim_beside(lambda: self._take_free(staying))
-        idle_probe = (not staying and time.monotonic() >= self._idle_probe_at
+        idle_probe = (not staying and not flying and time.monotonic() >= self._idle_probe_at
                       and (group is None or not group.others_busy(self)))
         if self._isolating and (self._suspects_due or idle_probe):
-            if (group is not None and not group.clear_for_suspect(self)) or staying:
+            if (group is not None and not group.clear_for_suspect(self)) or staying or flying:
                 return []  # let the running attempts finish (this loop's and the others'), then run it alone
-            self._save_outbox()  # a suspect is claimed on its own
+            self._save_outbox(here=True)  # a suspect is claimed on its own, with nothing in flight
             claimed = self._take(1, suspects=True)
             if claimed:
                 return claimed
@@ -331,7 +403,8 @@ class Worker:
         return self._take_free(staying)
 
     def _take_free(self, staying: list[_Running]) -> list[Claimed]:
-        free = min(self.concurrency + self._prefetching() - len(staying), self.batch)
+        reserved = self._pipe.reserved() if self._pipe is not None else 0
+        free = min(self.concurrency + self._prefetching() - len(staying) - reserved, self.batch)
         if free <= 0:
             return []
         return self._take(free, suspects=False)
@@ -341,8 +414,9 @@ class Worker:
     #: A prefetched job that waited this long for a thread is given back for other workers (seconds).
     PREFETCH_WAIT = 1.0
     #: A prefetch sized by the pace (the default) holds at most this many jobs, running and waiting,
-    #: or twice the concurrency if that is more.
-    PREFETCH_HOLD = 128
+    #: or twice the concurrency if that is more. The pace keeps it to what the threads run in about
+    #: PREFETCH_BELOW, so only attempts well under a millisecond reach it (docs/operations.md).
+    PREFETCH_HOLD = 512
 
     def _prefetching(self) -> int:
         """How many jobs to claim beyond the free threads while attempts are short, else 0.
@@ -377,6 +451,12 @@ class Worker:
 
     def _take(self, limit: int, suspects: bool) -> list[Claimed]:
         params = ClaimParams(self.queues, limit, self.id, self.lease, suspects=suspects)
+        if self._pipe is not None and not suspects:  # the claimed jobs start when its reply comes (_collect)
+            if self._pipe.room and (self._outbox or not self._dry):
+                finishes, meta = self._outbox or ([], [])
+                self._outbox = None
+                self._pipe.submit(Request(finishes, meta, params))
+            return []
         outbox, self._outbox = self._outbox, None
         if outbox is None:
             claimed = self.store.job_claim(params)
@@ -461,6 +541,7 @@ class Worker:
                                               cancel_requested=running.ctx.cancelled,
                                               detail=running.ctx._detail()))
             meta.append((running, res))
+            running.saving = True
         if finishes and self._limits is not None:  # Retry-After, breakers: may give attempts back
             finishes, meta = self._limits.settle(finishes, meta)  # type: ignore[assignment]
         if finishes:
@@ -468,18 +549,28 @@ class Worker:
                 finishes, meta = self._outbox[0] + finishes, self._outbox[1] + meta
             self._outbox = (finishes, meta)  # type: ignore[assignment]
 
-    def _save_outbox(self) -> None:
-        """Save the outcomes :meth:`_flush` collected that no claim took along."""
-        if self._outbox is not None:
-            finishes, meta = self._outbox
-            self._outbox = None
-            self._save(finishes, meta)
+    def _save_outbox(self, here: bool = False) -> None:
+        """Save the outcomes :meth:`_flush` collected that no claim took along: through the pipeline
+        if there is one (when it has room; else they wait for the next claim), else (or ``here``) in a
+        transaction of the loop's own."""
+        if self._outbox is None:
+            return
+        if self._pipe is not None and not here:
+            if self._pipe.room:
+                finishes, meta = self._outbox
+                self._outbox = None
+                self._pipe.submit(Request(finishes, meta, None))
+            return
+        finishes, meta = self._outbox
+        self._outbox = None
+        self._save(finishes, meta)
 
     def _timeouts(self) -> None:
         now = time.monotonic()
         if len(self._running) > self.concurrency or self._stopping.is_set():  # some may wait for a thread
             self._withdraw(now)
-        expired = [r for r in self._running.values() if r.deadline and not r.done and now >= r.deadline]
+        expired = [r for r in self._running.values()
+                   if r.deadline and not r.done and not r.saving and now >= r.deadline]
         if not expired:
             return
         finishes = []
@@ -571,7 +662,8 @@ class Worker:
 
     def _heartbeat(self) -> None:
         self.store.worker_beat(self.id, socket.gethostname(), os.getpid(), self.queues)
-        live = [r for r in self._running.values() if not r.done]
+        flying = self._in_flight()  # their outcomes' commit ends their leases: none to extend
+        live = [r for k, r in self._running.items() if not r.done and k not in flying]
         if not live:
             return
         beat = time.monotonic()
@@ -612,7 +704,8 @@ class Worker:
         self.app._after_rescue(items, applied)
 
     def _release_all(self) -> None:
-        pending = [r for r in self._running.values() if not r.done]
+        flying = self._in_flight()  # unanswered after the settle: their leases run out
+        pending = [r for k, r in self._running.items() if not r.done and k not in flying]
         if not pending:
             return
         log.warning("releasing %d running job(s) that did not finish within the grace period", len(pending))
@@ -629,6 +722,13 @@ class Worker:
         self._stopping.set()  # however the loop ended: no waiting job starts now
         if self._group is not None and self._leads:  # the other loops may claim again (see LaneGroup)
             self._group.suspect_done()
+        try:
+            self._settle()
+        except StoreError as exc:
+            log.error("could not save results (%s); the leases will expire and be rescued", exc)
+        if self._pipe is not None:
+            self._pipe.close()
+            self._pipe = None  # from here on the loop saves in transactions of its own
         try:
             self._flush()
             self._save_outbox()

@@ -68,8 +68,9 @@ def test_one_loop_by_default_and_lanes_split_the_threads_and_the_hold(app: App) 
     two = app._runner(None, 2, concurrency=8)
     assert isinstance(two, Lanes) and [w.concurrency for w in two.workers] == [4, 4]
     assert [w.lane for w in two.workers] == [0, 1]
-    # the paced prefetch's hold (128 jobs) is shared too: each loop holds up to 64
-    assert [w.prefetch for w in two.workers] == [60, 60]
+    # the paced prefetch's hold is shared too: each loop holds up to half of it, its 4 threads included
+    assert [w.prefetch for w in two.workers] == [Worker.PREFETCH_HOLD // 2 - 4] * 2
+    assert [w.pipeline for w in two.workers] == [1, 1]  # lanes take turns with the store one by one
     assert isinstance(app._runner(None, 3, concurrency=1), Worker)  # one thread: one loop
     three = app._runner(None, 3, concurrency=8, prefetch=5)
     assert [(w.concurrency, w.prefetch) for w in three.workers] == [(3, 2), (3, 2), (2, 1)]

@@ -1,5 +1,5 @@
 """Prefetch: a worker whose attempts are short claims jobs beyond its threads (by default as many as
-they run in about 20 ms, up to 128 held in all; ``prefetch=N`` fixes the number).
+they run in about 20 ms, up to ``Worker.PREFETCH_HOLD`` held in all; ``prefetch=N`` fixes the number).
 
 No prefetch once attempts run long, with ``prefetch=0``, for an app with a job of ``max_attempts=1``
 or with limiters; a prefetched job's timeout counts from its real start; a prefetched job that waits
@@ -88,7 +88,8 @@ def test_by_default_the_prefetch_follows_the_pace_up_to_the_hold(app: App) -> No
         assert w._prefetching() == expected, pace
     # An explicit prefetch is the number, whatever the pace; twice the concurrency for a large one.
     assert app.worker(["default"], concurrency=3, prefetch=5).prefetch == 5
-    assert app.worker(["default"], concurrency=100).prefetch == 100
+    large = w.PREFETCH_HOLD // 2 + 100  # more threads than half the hold: it holds twice the threads
+    assert app.worker(["default"], concurrency=large).prefetch == large
 
 
 @pytest.mark.parametrize("how", ["long attempts", "prefetch=0", "a job of max_attempts=1", "limiters"])
