@@ -39,11 +39,13 @@ class Firesafe(Peer):
     name = f"firesafe-{STORAGE}"
     bulk_api = "enqueue_many"
     worker_note = (("app.work(concurrency={c}): {c} threads; while attempts are short it claims more (prefetch, "
-                    "its default: as many as the threads run in 20 ms, at least {c} more, at most 128 held in all "
+                    "its default: as many as the threads run in 20 ms, at least {c} more, at most 512 held in all "
                     "or twice the threads if that is more)" if PREFETCH is None else
                     "app.work(concurrency={c}, prefetch=" + str(PREFETCH) + "): {c} threads, " + str(PREFETCH)
                     + " more claimed while attempts are short (PEERS_FIRESAFE_PREFETCH)")
-                   + (f"; {LANES} claim loops per process share the threads (lanes={LANES})" if LANES else ""))
+                   + (f"; {LANES} claim loops per process share the threads (lanes={LANES})" if LANES else
+                      "; 2 store transactions in flight (pipeline, its default while prefetching)"
+                      if STORAGE == "postgresql" and PREFETCH != "0" else ""))
     recovery_note = "lease 30 s (default): a dead worker's attempts are rescued as lost, then retried"
 
     def __init__(self) -> None:

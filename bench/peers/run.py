@@ -316,9 +316,9 @@ def partial_notes(bench: dict[str, dict[str, Any]]) -> list[str]:
 
 
 #: How firesafe at concurrency 8 and ``pgqueuer c8`` match: both run 8 jobs at a time; firesafe, whose
-#: jobs here are short, also holds up to 120 more that wait for a thread (prefetch, its default).
+#: jobs here are short, also holds up to 504 more that wait for a thread (prefetch, its default).
 C8_NOTE = "both run at most 8 jobs at a time; firesafe holds " + (
-    "up to 120 more, prefetched" if os.environ.get("PEERS_FIRESAFE_PREFETCH") is None
+    "up to 504 more, prefetched" if os.environ.get("PEERS_FIRESAFE_PREFETCH") is None
     else f"{os.environ['PEERS_FIRESAFE_PREFETCH']} more, prefetched (PEERS_FIRESAFE_PREFETCH)")
 
 

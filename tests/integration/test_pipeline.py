@@ -32,6 +32,18 @@ def declare(app: App, *, seconds: float = 0.0) -> Any:
     return work
 
 
+def slower(app: App, monkeypatch: pytest.MonkeyPatch, seconds: float, name: str = "job_finish_and_claim") -> None:
+    """Make each call of one store method take ``seconds`` more (a server farther away, a slow one)."""
+    store: Any = app.store
+    real = getattr(store, name)
+
+    def slow(*args: Any) -> Any:
+        time.sleep(seconds)
+        return real(*args)
+
+    monkeypatch.setattr(store, name, slow)
+
+
 class Deepest:
     """Records how many requests a worker's pipelines ever held in flight at once."""
 
@@ -71,14 +83,8 @@ def test_a_pipelined_worker_runs_every_job_once_with_two_transactions_in_flight(
     work = declare(app)
     deepest = Deepest(monkeypatch)
     work.enqueue_many([{"args": [i], "key": f"k{i}"} for i in range(3000)])
+    slower(app, monkeypatch, 0.02)
     store: Any = app.store
-    real = store.job_finish_and_claim
-
-    def farther(finishes: Any, claim: Any) -> Any:
-        time.sleep(0.02)
-        return real(finishes, claim)
-
-    monkeypatch.setattr(store, "job_finish_and_claim", farther)
     held, done = [0], threading.Event()
 
     def sample() -> None:  # the jobs running (claimed) at once: never more than the worker may hold
@@ -168,14 +174,7 @@ def test_a_stopping_worker_waits_for_its_requests_in_flight(app: App, monkeypatc
     flight, and returns only once their outcomes are saved and their claims given back."""
     work = declare(app)
     work.enqueue_many([{"args": [i]} for i in range(400)])
-    store: Any = app.store
-    real = store.job_finish_and_claim
-
-    def slow(finishes: Any, claim: Any) -> Any:
-        time.sleep(0.3)
-        return real(finishes, claim)
-
-    monkeypatch.setattr(store, "job_finish_and_claim", slow)
+    slower(app, monkeypatch, 0.3)
     deepest = Deepest(monkeypatch)
     w = app.worker(pipeline=2, grace=5)
     t = threading.Thread(target=w.run)
@@ -200,21 +199,8 @@ def test_heartbeats_leave_out_the_outcomes_in_flight(app: App, monkeypatch: pyte
     that it was lost."""
     work = declare(app)
     work.enqueue_many([{"args": [i]} for i in range(3000)])
-    store: Any = app.store
-    real = store.job_finish_and_claim
-
-    def farther(finishes: Any, claim: Any) -> Any:
-        time.sleep(0.02)
-        return real(finishes, claim)
-
-    monkeypatch.setattr(store, "job_finish_and_claim", farther)
-    beat = store.job_heartbeat_many
-
-    def slow_beat(items: Any, lease: float) -> Any:  # a commit lands while the beat is on its way
-        time.sleep(0.03)
-        return beat(items, lease)
-
-    monkeypatch.setattr(store, "job_heartbeat_many", slow_beat)
+    slower(app, monkeypatch, 0.02)
+    slower(app, monkeypatch, 0.03, "job_heartbeat_many")  # a commit lands while the beat is on its way
     with caplog.at_level("WARNING", logger="firesafe.worker"):
         stats = app.work(burst=True, pipeline=2, lease=0.3)
     assert stats.succeeded == 3000
@@ -273,14 +259,7 @@ def test_a_worker_whose_grace_ends_with_a_transaction_in_flight_waits_for_it(
     running under a lease nobody holds."""
     work = declare(app)
     work.enqueue_many([{"args": [i]} for i in range(2000)])
-    store: Any = app.store
-    real = store.job_finish_and_claim
-
-    def slow(finishes: Any, claim: Any) -> Any:
-        time.sleep(0.5)
-        return real(finishes, claim)
-
-    monkeypatch.setattr(store, "job_finish_and_claim", slow)
+    slower(app, monkeypatch, 0.5)
     w = app.worker(pipeline=2, grace=0.05)
     t = threading.Thread(target=w.run, daemon=True)
     t.start()

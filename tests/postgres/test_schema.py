@@ -13,6 +13,7 @@ import sqlite3
 import threading
 import time
 from importlib.resources import files
+from typing import Any
 
 import psycopg
 import pytest
@@ -312,6 +313,18 @@ def test_a_process_recovers_when_a_migration_changes_a_table_under_it(pg: Pg) ->
     app.close()
 
 
+def with_a_job(pg: Pg) -> tuple[PostgresStore, App, Any]:
+    """A migrated store, an app on it, and its one job."""
+    store = migrated(pg)
+    app = App(store)
+
+    @app.job()
+    def work(ctx, n: int) -> int:
+        return n
+
+    return store, app, work
+
+
 #: Statements that reach running jobs by id: they name the running state by the lease token (see the
 #: header of postgres.sql), so none can read the partial leases index.
 BY_ID = ["job_finish", "job_heartbeat", "job_rescue", "job_cancel_running", "attempts_of_job", "step_record",
@@ -324,13 +337,7 @@ def test_statements_that_reach_running_jobs_by_id_never_read_the_leases_index(pg
     for them (it holds every running job's entry, and the statistics say there are none) instead of
     looking each job up by id: a finish of 128 jobs compared 128 x 128 pairs. Checked under the generic
     plan a worker's finish-and-claim uses."""
-    store = migrated(pg)
-    app = App(store)
-
-    @app.job()
-    def work(ctx, n: int) -> int:
-        return n
-
+    store, app, work = with_a_job(pg)
     try:
         work.enqueue_many([{"args": [i]} for i in range(3000)])
         with pg.admin() as conn:
@@ -353,13 +360,7 @@ def test_statements_that_reach_running_jobs_by_id_never_read_the_leases_index(pg
 
 
 def test_a_job_running_without_a_lease_token_or_waiting_with_one_is_refused(pg: Pg) -> None:
-    store = migrated(pg)
-    app = App(store)
-
-    @app.job()
-    def work(ctx, n: int) -> int:
-        return n
-
+    _store, app, work = with_a_job(pg)
     try:
         work.enqueue(1, key="k")
         table = f'"{pg.schema}".firesafe_jobs'
