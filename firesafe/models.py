@@ -129,39 +129,15 @@ class Job:
 
     @classmethod
     def from_row(cls, row: Any) -> Job:
-        """Build from a store row (a mapping with the jobs table's columns)."""
-        # On the claim and enqueue paths (once per job), so it avoids needless work.
-        payload = json.loads(row["payload"])
-        result = row["result"]
-        finished = row["finished_at"]
-        run_at = row["run_at"]
-        return cls(
-            id=row["id"],
-            key=row["key"],
-            name=row["name"],
-            queue=row["queue"],
-            state=_STATES[row["state"]],
-            args=payload.get("args", []),
-            kwargs=payload.get("kwargs", {}),
-            arg_names=_arg_names(row["arg_names"]),
-            attempt=row["attempt"],
-            max_attempts=row["max_attempts"],
-            runs=row["runs"],
-            deferrals=row["deferrals"],
-            lost=row["lost"],
-            run_at=None if run_at is None else datetime.fromtimestamp(run_at, UTC),
-            created_at=datetime.fromtimestamp(row["created_at"], UTC),
-            updated_at=datetime.fromtimestamp(row["updated_at"], UTC),
-            finished_at=None if finished is None else datetime.fromtimestamp(finished, UTC),
-            result=json.loads(result) if result is not None else None,
-            error_type=row["error_type"],
-            error_message=row["error_message"],
-            reason=row["reason"],
-            worker=row["worker"],
-            cancel_requested=bool(row["cancel_requested"]),
-            fingerprint=row["fingerprint"],
-        )
-
+        """Build from a store row (a mapping with the jobs table's columns): what a claim reads (see
+        :meth:`from_claim_row`) and the job's history besides."""
+        job = cls.from_claim_row(row, row["worker"])
+        finished, result = row["finished_at"], row["result"]
+        job.finished_at = None if finished is None else datetime.fromtimestamp(finished, UTC)
+        job.result = json.loads(result) if result is not None else None
+        job.error_type, job.error_message, job.reason = row["error_type"], row["error_message"], row["reason"]
+        job.fingerprint = row["fingerprint"]
+        return job
 
     @classmethod
     def from_claim_row(cls, row: Any, worker: str) -> Job:

@@ -285,6 +285,12 @@ class Worker:
             return set()
         return {(r.claimed.job.id, r.claimed.job.runs) for req in self._pipe.in_flight for r, _ in req.meta}
 
+    def _held(self) -> list[_Running]:
+        """The attempts whose leases this loop keeps or gives back: not concluded, and their outcome
+        not in the pipeline (the commit in flight ends those leases, or they run out)."""
+        flying = self._in_flight()
+        return [r for k, r in self._running.items() if not r.done and k not in flying]
+
     def _collect(self) -> None:
         """Take in the pipeline's requests that finished: book their outcomes, start the jobs they
         claimed. One that failed keeps its outcomes to save again (see :meth:`_flush`), its claim
@@ -662,8 +668,7 @@ class Worker:
 
     def _heartbeat(self) -> None:
         self.store.worker_beat(self.id, socket.gethostname(), os.getpid(), self.queues)
-        flying = self._in_flight()  # their outcomes' commit ends their leases: none to extend
-        live = [r for k, r in self._running.items() if not r.done and k not in flying]
+        live = self._held()
         if not live:
             return
         beat = time.monotonic()
@@ -704,8 +709,7 @@ class Worker:
         self.app._after_rescue(items, applied)
 
     def _release_all(self) -> None:
-        flying = self._in_flight()  # unanswered after the settle: their leases run out
-        pending = [r for k, r in self._running.items() if not r.done and k not in flying]
+        pending = self._held()  # not those unanswered after the settle: their leases run out
         if not pending:
             return
         log.warning("releasing %d running job(s) that did not finish within the grace period", len(pending))
