@@ -79,8 +79,9 @@ def test_a_bad_pipeline_is_a_clear_error(app: App, bad: Any) -> None:
 def test_a_pipelined_worker_runs_every_job_once_with_two_transactions_in_flight(
         app: App, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each transaction takes 20 ms more (a server farther away): a batch ends while the next one's
-    transaction still runs, so the loop sends another beside it."""
-    work = declare(app)
+    transaction still runs, so the loop sends another beside it. Attempts of 1 ms: no-op ones could
+    all end while the loop waits for the GIL, and their outcomes then leave in one transaction."""
+    work = declare(app, seconds=0.001)
     deepest = Deepest(monkeypatch)
     work.enqueue_many([{"args": [i], "key": f"k{i}"} for i in range(3000)])
     slower(app, monkeypatch, 0.02)
