@@ -362,7 +362,12 @@ class Worker:
 
     def _idle(self) -> bool:
         """Burst mode: done when nothing is runnable now; with ``wait_scheduled``, when nothing is
-        waiting or running anywhere in these queues (retries and rescues may still come back)."""
+        waiting or running anywhere in these queues (retries and rescues may still come back). One of
+        several claim loops of a process (lanes) is not done while another still has attempts: those
+        may hold every runnable job (prefetched) and give some back, which this loop must be there
+        to take."""
+        if self._group is not None and any(w._busy() for w in self._group.workers if w is not self):
+            return False
         pending = self.store.job_pending(self.queues)
         if pending.runnable:
             return False

@@ -18,6 +18,7 @@ from firesafe import App, Backoff, ConfigError, State
 from firesafe.store.base import ClaimParams
 from firesafe.worker import Worker
 from firesafe.worker.lanes import Lanes, added, shares
+from firesafe.worker.worker import _Running
 from tests.processes import wait_until
 
 
@@ -134,6 +135,21 @@ def test_a_suspect_runs_alone_in_the_process_not_only_in_its_loop(app: App) -> N
     assert running.order.index("suspect") < 60, running.order.index("suspect")
     # and the other loop ran jobs too (the leader did not run everything by itself)
     assert all(w.stats.succeeded > 0 for w in runner.workers)
+
+
+def test_a_burst_loop_is_not_done_while_another_loop_of_its_process_has_attempts(app: App) -> None:
+    # The leader may hold every runnable job (prefetched) and give back those that waited too long:
+    # the other loop, finding nothing runnable, must stay to take them rather than end its burst.
+    declare(app, Running())
+    runner = app._runner(None, 2, concurrency=4, burst=True)
+    leader, other = runner.workers
+    assert other._idle() and leader._idle()  # nothing runnable, nothing running: done
+    held = _Running(claimed=None, ctx=None, claimed_at=0.0, lease_until=0.0)  # type: ignore[arg-type]
+    leader._running[(1, 1)] = held  # an attempt of the leader's, not yet concluded
+    assert not other._idle()
+    assert leader._idle()  # the other loop holds nothing: the leader's own attempts are its own test
+    held.done = True  # concluded (timed out, say): nothing left to wait for
+    assert other._idle()
 
 
 def test_a_leader_that_ends_while_waiting_for_a_suspect_lets_the_others_claim_again(app: App) -> None:
