@@ -366,7 +366,7 @@ class Worker:
         several claim loops of a process (lanes) is not done while another still has attempts: those
         may hold every runnable job (prefetched) and give some back, which this loop must be there
         to take."""
-        if self._group is not None and any(w._busy() for w in self._group.workers if w is not self):
+        if self._group is not None and self._group.others_live(self):
             return False
         pending = self.store.job_pending(self.queues)
         if pending.runnable:
