@@ -69,7 +69,7 @@ ACTIONS: dict[str, tuple[str, ...]] = {
 KINDS = ("plain", "flaky", "deny", "defer", "nap")
 START = 1_800_000_000.0
 MAX_TURNS = 20_000
-#: The calls of :meth:`Worker.run`'s loop that a simulated turn makes, and those it leaves out (why).
+#: The calls of :meth:`Worker._run`'s loop that a simulated turn makes, and those it leaves out (why).
 #: A test compares them with the loop's source, so a new duty in the loop cannot go unsimulated.
 LOOP_MIRRORED = frozenset({"_heartbeat", "_rescue", "_check_isolation", "_linger", "_flush", "_timeouts", "_claim",
                            "_save_outbox"})
@@ -397,7 +397,7 @@ class Simulation:
             self.clock.set(min(target, until) if until is not None else target)
 
     def _turn(self, w: _SimWorker) -> bool:
-        """One pass of ``w``'s loop, as :meth:`Worker.run` makes it (the calls of :data:`LOOP_MIRRORED`,
+        """One pass of ``w``'s loop, as :meth:`Worker._run` makes it (the calls of :data:`LOOP_MIRRORED`,
         in its order); True if it claimed or saved something."""
         self.stack.append(w)
         worker = w.worker

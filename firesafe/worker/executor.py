@@ -75,10 +75,11 @@ def execute(jobdef: JobDef, ctx: Context, args: list[Any], kwargs: dict[str, Any
                 return AttemptResult(err, timed_out=True, duration=time.monotonic() - start)
         else:
             value = jobdef.fn(ctx, *args, **kwargs)
-            if inspect.isawaitable(value):
+            if value is not None and inspect.isawaitable(value):
                 value, _ = run_coroutine(_bounded(value, jobdef.timeout), None)
         try:
-            result_json = canonical_json(value, what="the job's result", limit=MAX_RESULT_BYTES)
+            result_json = "null" if value is None else canonical_json(value, what="the job's result",
+                                                                      limit=MAX_RESULT_BYTES)
         except InvalidInput as exc:  # the work is done: a retry would do it again (no retry, see UnstorableValue)
             why = str(exc).removeprefix("argument ")
             raise UnstorableValue(f"job {jobdef.name!r} returned a value that cannot be stored as JSON: {why}; "
@@ -109,6 +110,12 @@ def conclude(claimed: Claimed, jobdef: JobDef, res: AttemptResult, draw: float, 
              cancel_requested: bool = False, detail: dict[str, Any] | None = None) -> FinishParams:
     """What to save for an attempt that ended as ``res`` (pure)."""
     job = claimed.job
+    if res.error is None and not res.timed_out:  # it returned: succeeded (decide's answer, without asking)
+        result = res.result_json
+        if result is None:
+            result = json.dumps(res.value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return FinishParams(job.id, claimed.token, job.runs, State.SUCCEEDED, Outcome.SUCCEEDED, None, 0, result,
+                            None, None, None, None, _detail_json(detail, res.duration))
     budget = Budget(job.attempt, job.max_attempts, job.deferrals, jobdef.max_deferrals)
     if cancel_requested and res.error is not None and not res.timed_out:
         decision = decide(Cancelled("cancel requested"), budget, jobdef.backoff, draw)
@@ -121,11 +128,6 @@ def conclude(claimed: Claimed, jobdef: JobDef, res: AttemptResult, draw: float, 
     error_type, message = error_fields(res.error)
     if res.timed_out:
         error_type = "TimedOut"
-    result = None
-    if decision.state == State.SUCCEEDED:
-        result = res.result_json
-        if result is None:
-            result = json.dumps(res.value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     traceback = res.traceback
     if res.error is not None and (secrets := secret_values(job.args, job.kwargs, job.arg_names)):
         # An error that quotes a secret argument (``f"refused {api_key}"``) keeps it out of the trace,
@@ -133,16 +135,19 @@ def conclude(claimed: Claimed, jobdef: JobDef, res: AttemptResult, draw: float, 
         message = mask_values(message, secrets) if message else message
         traceback = mask_values(traceback, secrets) if traceback else traceback
         detail = _masked_strings(detail, secrets) if detail else detail
-    if detail:
-        info = json.dumps({**detail, "duration": round(res.duration, 6)})
-    else:  # the usual case, once per attempt: the very text json.dumps({"duration": ...}) makes
-        info = f'{{"duration": {round(res.duration, 6)!r}}}'
     return FinishParams(
         job_id=job.id, token=claimed.token, seq=job.runs, state=decision.state, outcome=decision.outcome,
-        delay=decision.delay, given_back=1 if decision.deferred else 0, result=result,
+        delay=decision.delay, given_back=1 if decision.deferred else 0, result=None,
         error_type=error_type, message=message, traceback=traceback, reason=decision.reason,
-        detail=info,
+        detail=_detail_json(detail, res.duration),
     )
+
+
+def _detail_json(detail: dict[str, Any] | None, duration: float) -> str:
+    """The trace entry's detail: what the attempt noted (its steps) and how long it took."""
+    if detail:
+        return json.dumps({**detail, "duration": round(duration, 6)})
+    return f'{{"duration": {round(duration, 6)!r}}}'  # the usual case: the very text json.dumps makes
 
 
 def _masked_strings(value: Any, secrets: list[str]) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import queue
 import random
@@ -30,7 +31,7 @@ from firesafe.retries.backoff import Backoff
 from firesafe.retries.decide import DEFAULT_MAX_LOST, Budget, decide_lost
 from firesafe.states import State
 from firesafe.store.base import Claimed, ClaimParams, FinishParams, RescueParams
-from firesafe.worker import executor
+from firesafe.worker import collector, executor
 from firesafe.worker.pipeline import DEFAULT_DEPTH, Request, StorePipeline
 from firesafe.worker.pool import Pool
 
@@ -123,6 +124,9 @@ class Worker:
         # By (job id, run): a timed-out or lost attempt keeps its slot until its thread returns, while
         # the same job may already run again here.
         self._running: dict[tuple[int, int], _Running] = {}
+        self._suspects: set[tuple[int, int]] = set()  # keys of attempts of jobs lost before (some left _running)
+        # When a job waiting for a thread may next have to be given back (see _withdraw), monotonic.
+        self._withdraw_due = 0.0
         self._pool: Pool | None = None
         # Quarantine: one worker per queue set (a leader lease) runs suspects, alone.
         self._isolation_name = "isolator:" + ",".join(sorted(self.queues))
@@ -182,6 +186,10 @@ class Worker:
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> WorkerStats:
+        with collector.tuned():  # see firesafe/worker/collector.py
+            return self._run()
+
+    def _run(self) -> WorkerStats:
         self._pool = Pool(self.concurrency)
         if self.pipeline > 1:
             self._pipe = StorePipeline(self.store, self.pipeline, self._wake.set)
@@ -390,8 +398,10 @@ class Worker:
         if self._outbox:
             leaving.update((r.claimed.job.id, r.claimed.job.runs) for r, _ in self._outbox[1])
         staying = [r for k, r in self._running.items() if k not in leaving]
-        if any(r.claimed.job.lost > 0 for r in staying):
-            return []
+        if self._suspects:  # the attempts of suspects still here (nearly always none)
+            self._suspects = {k for k in self._suspects if k in self._running}
+            if any(k not in leaving for k in self._suspects):
+                return []
         flying = bool(self._pipe and self._pipe.in_flight)
         group = self._group
         if group is not None and not self._leads:  # another loop of this process: see LaneGroup
@@ -502,6 +512,9 @@ class Worker:
         now = time.monotonic()
         running = _Running(claimed, ctx, now, now + self._startable_for)
         self._running[(job.id, job.runs)] = running
+        self._withdraw_due = min(self._withdraw_due, now + self.PREFETCH_WAIT, running.lease_until)
+        if job.lost > 0:
+            self._suspects.add((job.id, job.runs))
 
         def task() -> None:
             with self._starting:
@@ -526,7 +539,8 @@ class Worker:
                 log.exception("attempt of %s could not be run", job.key)
                 res = executor.AttemptResult(exc, duration=time.monotonic() - start)
             self._done.put((running, res))
-            self._wake.set()
+            if not self._wake.is_set():  # already set: the loop has yet to look, and will see this one too
+                self._wake.set()
 
         assert self._pool is not None
         self._pool.submit(task)
@@ -578,7 +592,8 @@ class Worker:
 
     def _timeouts(self) -> None:
         now = time.monotonic()
-        if len(self._running) > self.concurrency or self._stopping.is_set():  # some may wait for a thread
+        if self._stopping.is_set() or (len(self._running) > self.concurrency  # some may wait for a thread
+                                       and now >= self._withdraw_due):
             self._withdraw(now)
         expired = [r for r in self._running.values()
                    if r.deadline and not r.done and not r.saving and now >= r.deadline]
@@ -611,6 +626,7 @@ class Worker:
         worker does not take the same job back while its threads are still busy."""
         stopping = self._stopping.is_set()
         out: list[tuple[_Running, str]] = []
+        due = math.inf  # when the next of those that stay would be given back: no need to look before
         with self._starting:  # a thread starts a waiting job, or the loop takes it back: never both
             for key, r in list(self._running.items()):
                 if r.started is not None:
@@ -622,6 +638,9 @@ class Worker:
                     r.done = True
                     out.append((r, "the worker stopped before the attempt started" if stopping else
                                 f"waited {now - r.claimed_at:.1f}s for a thread of this worker; given back"))
+                else:
+                    due = min(due, r.claimed_at + self.PREFETCH_WAIT, r.lease_until)
+        self._withdraw_due = due
         if out:
             self._save([executor.released(r.claimed, why) for r, why in out], [(r, None) for r, _ in out])
 
@@ -637,20 +656,22 @@ class Worker:
     def _book(self, finishes: list[FinishParams], meta: list[tuple[_Running, Any]] | None, applied: list[bool],
               keep_slots: bool = False) -> None:
         """Account for saved outcomes: free slots, count, log, run the finish hooks."""
+        info = log.isEnabledFor(logging.INFO)  # else skip building the log fields (once per attempt)
         for i, (fin, ok) in enumerate(zip(finishes, applied, strict=True)):
             running = meta[i][0] if meta else None
-            key = running.claimed.job.key if running else str(fin.job_id)
-            name = running.claimed.job.name if running else "?"
-            duration = (time.monotonic() - running.started) if running and running.started else 0.0
-            if running and not keep_slots:
+            if running is not None and not keep_slots:
                 self._running.pop((fin.job_id, running.claimed.job.runs), None)
+            if ok:
+                self._count(fin)
+                if not info:
+                    continue
+            key = running.claimed.job.key if running else str(fin.job_id)
             if not ok:
                 self.stats.fenced += 1
                 log.warning("attempt of %s ended after its lease was lost; its result was dropped", key)
                 continue
-            self._count(fin)
-            if not log.isEnabledFor(logging.INFO):  # skip building the log fields (once per attempt)
-                continue
+            name = running.claimed.job.name if running else "?"
+            duration = (time.monotonic() - running.started) if running and running.started else 0.0
             log.info("%s %s attempt=%s outcome=%s state=%s duration=%.3fs%s", name, key,
                      running.claimed.job.attempt if running else "?", fin.outcome, fin.state, duration,
                      f" error={fin.error_type}: {fin.message}" if fin.error_type and fin.outcome != "succeeded"
@@ -685,6 +706,7 @@ class Worker:
                             r.claimed.job.key)
                 r.ctx._request_cancel()
                 r.done = True
+                self._withdraw_due = 0.0  # if it waited for a thread, forget it now (see _withdraw)
                 continue
             r.lease_until = beat + self._startable_for
             if held[job_id]:

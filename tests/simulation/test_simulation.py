@@ -176,14 +176,14 @@ def test_scenarios_are_drawn_from_their_seed() -> None:
 
 
 def test_the_simulated_turn_mirrors_every_call_of_the_worker_loop() -> None:
-    # A duty added to Worker.run's loop must be added to the simulation's turn too (or skipped on purpose)
+    # A duty added to Worker._run's loop must be added to the simulation's turn too (or skipped on purpose)
     import inspect
     import re
 
     from firesafe.worker.worker import Worker
 
-    calls = set(re.findall(r"self\.(_\w+)\(", inspect.getsource(Worker.run)))
+    calls = set(re.findall(r"self\.(_\w+)\(", inspect.getsource(Worker._run)))
     unknown = calls - sim.LOOP_MIRRORED - set(sim.LOOP_SKIPPED)
-    assert not unknown, f"Worker.run calls {sorted(unknown)}, which firesafe/drill/sim.py does not simulate"
+    assert not unknown, f"Worker._run calls {sorted(unknown)}, which firesafe/drill/sim.py does not simulate"
     missing = sim.LOOP_MIRRORED - calls
-    assert not missing, f"the simulation mirrors {sorted(missing)}, which Worker.run no longer calls"
+    assert not missing, f"the simulation mirrors {sorted(missing)}, which Worker._run no longer calls"
