@@ -211,12 +211,15 @@ def _text_array(values: Sequence[str | None]) -> str:
     {"a","say \"hi\"",NULL,"back\\slash","{x, y}"}
     >>> print(_text_array(['say "hi"', 'back\\slash']))
     {"say \"hi\"","back\\slash"}
-    >>> print(_text_array(['plain', 'words']), _text_array([]))
-    {"plain","words"} {}
+    >>> print(_text_array(['plain', 'words']), _text_array([]), _text_array([None, None]))
+    {"plain","words"} {} {NULL,NULL}
     """
     if not values:
         return "{}"
-    if None in values:
+    nulls = values.count(None)
+    if nulls == len(values):  # a column no item of the batch fills (a batch of successes has several)
+        return "{" + ",".join(["NULL"] * nulls) + "}"
+    if nulls:
         return "{" + ",".join("NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
                               for v in values) + "}"
     joined = '","'.join(values)  # type: ignore[arg-type]
@@ -229,9 +232,12 @@ def _text_array(values: Sequence[str | None]) -> str:
 def _number_array(values: Sequence[float | int | None]) -> str:
     """A PostgreSQL array literal of numbers (finite), to cast to ``int[]``, ``bigint[]`` or ``float8[]``.
 
-    >>> _number_array([1, 2.5, None]), _number_array([3, 4])
-    ('{1,2.5,NULL}', '{3,4}')
+    >>> _number_array([1, 2.5, None]), _number_array([3, 4]), _number_array([None])
+    ('{1,2.5,NULL}', '{3,4}', '{NULL}')
     """
+    nulls = values.count(None)
+    if nulls == len(values):
+        return "{" + ",".join(["NULL"] * nulls) + "}"
     text = ",".join(["NULL" if v is None else repr(v) for v in values])
     if "n" in text.replace("NULL", ""):  # repr gives 'inf' and 'nan' for the numbers PostgreSQL must not get
         raise InvalidInput("times and delays must be finite numbers")
@@ -677,10 +683,9 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
 
     def job_claim(self, params: ClaimParams) -> list[Claimed]:
         token = uuid.uuid4().hex
-        with self._conn() as c:
-            rows = c.execute(self._claim_sql(params), self._claim_params(params, token),
-                             binary=True).fetchall()
-        return [Claimed(Job.from_claim_row(r, params.worker), token) for r in rows]
+        with self._conn() as c, c.cursor(row_factory=tuple_row, binary=True) as cur:
+            rows = cur.execute(self._claim_sql(params), self._claim_params(params, token)).fetchall()
+        return [Claimed(Job.from_claim_values(r, params.worker), token) for r in rows]
 
     def job_finish_and_claim(self, finishes: Sequence[FinishParams],
                              claim: ClaimParams) -> tuple[list[bool], list[Claimed]]:
@@ -696,10 +701,13 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
                 c.execute(self.q["plan_generic"])
                 finished = c.execute(self.q["job_finish"], params)
                 self._outbox_dead(c, [i.job_id for i in once if i.state == State.DEAD], params["now"])
-                claimed = c.execute(self._claim_sql(claim), self._claim_params(claim, token), binary=True)
+                claimed = c.cursor(row_factory=tuple_row, binary=True)  # tuples: see Job.from_claim_values
+                claimed.execute(self._claim_sql(claim), self._claim_params(claim, token))
             applied = {r["id"] for r in finished.fetchall()}
             rows = claimed.fetchall()
-        return _applied_per_item(finishes, firsts, applied), [Claimed(Job.from_claim_row(r, claim.worker), token)
+            claimed.close()
+        worker = claim.worker
+        return _applied_per_item(finishes, firsts, applied), [Claimed(Job.from_claim_values(r, worker), token)
                                                               for r in rows]
 
     def job_finish_many(self, items: Sequence[FinishParams]) -> list[bool]:

@@ -60,3 +60,24 @@ def test_both_claims_return_exactly_the_columns_a_claimed_job_is_built_from() ->
         after = queries.load(dialect)["job_claim"].rsplit("RETURNING", 1)[1]
         listed = re.split(r"[);]", after, maxsplit=1)[0]
         assert tuple(c.strip().removeprefix("j.") for c in listed.split(",")) == CLAIMED_COLUMNS, dialect
+
+
+def test_a_claimed_job_is_built_alike_from_a_mapping_and_from_values_and_its_payload_read_strictly() -> None:
+    import json
+
+    from firesafe.models import CLAIMED_COLUMNS, Job
+
+    row = {"id": 7, "key": "k", "name": "work", "queue": "default", "state": "running",
+           "payload": '{"args":[1,"two",null],"kwargs":{"x":1.5}}', "arg_names": '["a","b","c"]', "attempt": 2,
+           "max_attempts": 3, "runs": 2, "deferrals": 0, "lost": 1, "run_at": 1.7e9, "created_at": 1.6e9,
+           "updated_at": 1.7e9, "cancel_requested": 0}
+    a = Job.from_claim_row(row, "w1")
+    b = Job.from_claim_values(tuple(row[c] for c in CLAIMED_COLUMNS), "w1")
+    assert a == b
+    assert (a.args, a.kwargs, a.arg_names, a.worker, a.cancel_requested) == ([1, "two", None], {"x": 1.5},
+                                                                              ["a", "b", "c"], "w1", False)
+    # A payload firesafe did not write (spaces around it) still reads; one with text after its JSON is an error.
+    spaced = Job.from_claim_row({**row, "payload": ' {"args": [1]} '}, "w1")
+    assert spaced.args == [1]
+    with pytest.raises(json.JSONDecodeError):
+        Job.from_claim_row({**row, "payload": '{"args":[1]} trailing'}, "w1")
