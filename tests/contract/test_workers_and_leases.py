@@ -177,10 +177,18 @@ def test_prune_frees_keys_after_retention(store_url: str, clock) -> None:
     app = App(store_url, clock=clock, retention=Retention(succeeded=60, cancelled=60, dead=600))
     work = declare(app)
     work.enqueue(1, key="done")
+    work.enqueue(3, key="young")
     app.work(burst=True)
     assert app.prune() == {"succeeded": 0, "cancelled": 0, "dead": 0}
-    clock.advance(61)
-    assert app.prune()["succeeded"] == 1
+    clock.advance(30)
+    work.enqueue(4, key="younger")
+    app.work(burst=True)
+    assert _trace_entries(app) == 3
+    clock.advance(31)
+    assert app.prune()["succeeded"] == 2
+    # Their trace entries went with them (on PostgreSQL no declared reference cascades to them), and
+    # only theirs: the younger job keeps its entry.
+    assert _trace_entries(app) == 1 and len(app.get("younger").trace) == 1
     again = work.enqueue(2, key="done")  # the key is free: other arguments are fine now
     assert again.created
     app.close()
@@ -259,6 +267,16 @@ def test_a_running_attempt_is_in_the_trace_until_its_entry_is_written_at_the_end
         (1, 1, "w1", "deferred"), (2, 1, "w2", "succeeded")]
     assert (trace[1].started_at.timestamp(), trace[1].ended_at.timestamp()) == (t0 + 6, t0 + 8)
     assert sorted(store.attempt_counts()) == [("work", "deferred", 1), ("work", "succeeded", 1)]
+
+
+def _trace_entries(app: App) -> int:
+    """Every row of the trace table, whether or not its job still exists."""
+    store: Any = app.store
+    if store.dialect == "sqlite":
+        with store._tx() as c:
+            return c.execute("SELECT count(*) FROM firesafe_attempts").fetchone()[0]
+    with store._conn() as c:
+        return c.execute(f"SELECT count(*) AS n FROM {store.schema}.firesafe_attempts").fetchone()["n"]
 
 
 def _open_entry_as_before(app: App, job_id: int, seq: int, worker: str, at: float) -> None:

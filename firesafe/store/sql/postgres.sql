@@ -437,14 +437,21 @@ SELECT
 
 -- name: job_delete_finished
 -- Delete up to :limit jobs in one finished state that finished more than :older_than seconds ago
--- (frees their keys). PostgreSQL differs: the cut-off is computed from the database's clock, and
--- the constant state list lets even a generic (prepared) plan use the partial finished index.
-DELETE FROM {schema}.firesafe_jobs WHERE id IN (
-    SELECT id FROM {schema}.firesafe_jobs
-    WHERE state = %(state)s AND state IN ('succeeded', 'dead', 'cancelled')
-      AND finished_at < coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
-                        - %(older_than)s::float8
-    LIMIT %(limit)s);
+-- (frees their keys), and their trace entries; returns one row per job deleted. PostgreSQL
+-- differs: the cut-off is computed from the database's clock, the constant state list lets even a
+-- generic (prepared) plan use the partial finished index, and the trace entries are deleted here
+-- (no declared reference cascades to them, see migrations/postgres/0011_attempts_unreferenced.sql).
+WITH gone AS (
+    DELETE FROM {schema}.firesafe_jobs WHERE id IN (
+        SELECT id FROM {schema}.firesafe_jobs
+        WHERE state = %(state)s AND state IN ('succeeded', 'dead', 'cancelled')
+          AND finished_at < coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+                            - %(older_than)s::float8
+        LIMIT %(limit)s)
+    RETURNING id),
+traced AS (
+    DELETE FROM {schema}.firesafe_attempts a USING gone g WHERE a.job_id = g.id)
+SELECT id FROM gone;
 
 -- name: worker_beat
 -- Record that a worker is alive.
