@@ -88,7 +88,9 @@ def test_drill_reports_each_job_under_every_fault_and_never_opens_the_users_stor
     for j in jobs.values():  # every job ended: none lost, none still waiting
         assert j["runs"] >= 1 and j["succeeded"] + j["dead"] == j["runs"] and j["unfinished"] == 0, j
         assert j["attempts"] >= j["runs"]
-        assert not [v for v in j["violations"] if "never ended" in v or "without its" in v], j["violations"]
+        # (A job that never ended, or went dead without its trace or alert; "a call never ended" is a
+        # step's call cut short by a kill, which the 'email' step's check below allows.)
+        assert not [v for v in j["violations"] if "never ended within" in v or "without its" in v], j["violations"]
     assert jobs["refund"]["succeeded"] == jobs["refund"]["runs"]  # ten attempts outlast the faults
     assert jobs["doomed"]["dead"] == jobs["doomed"]["runs"] == jobs["doomed"]["alerts"]
     assert jobs["doomed"]["dead_reasons"] == {"exhausted": jobs["doomed"]["runs"]}
