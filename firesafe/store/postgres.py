@@ -694,20 +694,18 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
         token = uuid.uuid4().hex
         once, firsts = _once_each(finishes)
         params = self._finish_params(once)
-        with self._conn() as c:
+        # The claim's rows as tuples: see Job.from_claim_values.
+        with self._conn() as c, c.cursor(row_factory=tuple_row, binary=True) as claimed:
             # One round trip: BEGIN, generic plans (see plan_generic), the outcomes, their alerts (see
             # job_finish_many), the claim, COMMIT.
             with c.pipeline(), c.transaction():
                 c.execute(self.q["plan_generic"])
                 finished = c.execute(self.q["job_finish"], params)
                 self._outbox_dead(c, [i.job_id for i in once if i.state == State.DEAD], params["now"])
-                claimed = c.cursor(row_factory=tuple_row, binary=True)  # tuples: see Job.from_claim_values
                 claimed.execute(self._claim_sql(claim), self._claim_params(claim, token))
             applied = {r["id"] for r in finished.fetchall()}
             rows = claimed.fetchall()
-            claimed.close()
-        worker = claim.worker
-        return _applied_per_item(finishes, firsts, applied), [Claimed(Job.from_claim_values(r, worker), token)
+        return _applied_per_item(finishes, firsts, applied), [Claimed(Job.from_claim_values(r, claim.worker), token)
                                                               for r in rows]
 
     def job_finish_many(self, items: Sequence[FinishParams]) -> list[bool]:

@@ -661,15 +661,15 @@ class Worker:
             running = meta[i][0] if meta else None
             if running is not None and not keep_slots:
                 self._running.pop((fin.job_id, running.claimed.job.runs), None)
-            if ok:
-                self._count(fin)
-                if not info:
-                    continue
-            key = running.claimed.job.key if running else str(fin.job_id)
             if not ok:
                 self.stats.fenced += 1
-                log.warning("attempt of %s ended after its lease was lost; its result was dropped", key)
+                log.warning("attempt of %s ended after its lease was lost; its result was dropped",
+                            running.claimed.job.key if running else fin.job_id)
                 continue
+            self._count(fin)
+            if not info:
+                continue
+            key = running.claimed.job.key if running else str(fin.job_id)
             name = running.claimed.job.name if running else "?"
             duration = (time.monotonic() - running.started) if running and running.started else 0.0
             log.info("%s %s attempt=%s outcome=%s state=%s duration=%.3fs%s", name, key,

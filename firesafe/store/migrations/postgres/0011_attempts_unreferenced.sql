@@ -2,8 +2,9 @@
 -- a trace entry reads the job's own row in the same statement (job_finish joins the jobs it ended,
 -- job_rescue the jobs it rescued, limiter_job_wait the jobs it gave back, attempt_close selects the
 -- job by id), so an entry can only be written for a job that exists; and the one statement that
--- deletes jobs, job_delete_finished, deletes their entries with them. The declared reference checked that again for every attempt,
--- one lookup and a row lock on the job by a trigger: 13 to 16 µs of the server's CPU per job in the
--- store's finish-and-claim loop, about a sixth of it (docs/benchmarks.md).
+-- deletes jobs, job_delete_finished, deletes their entries with them. The declared reference checked
+-- that again for every attempt, a trigger's lookup and row lock of the job: in the store's
+-- finish-and-claim loop, 72 against 78 µs of the server's CPU a job without it (medians of 10 runs
+-- taking turns; docs/benchmarks.md).
 -- SQLite keeps its declaration (see migrations/sqlite/0011_attempts_unreferenced.sql).
 ALTER TABLE firesafe_attempts DROP CONSTRAINT IF EXISTS firesafe_attempts_job_id_fkey;
