@@ -209,18 +209,39 @@ def test_heartbeats_leave_out_the_outcomes_in_flight(app: App, monkeypatch: pyte
 
 
 def test_a_claim_in_flight_holds_the_slots_it_may_fill(app: App) -> None:
-    """One claim of 100 is in flight: the next claim takes only what is left of the hold, so the
+    """One claim of 300 is in flight: the next claim takes only what is left of the hold, so the
     worker never holds more than its threads and prefetch even before the first reply comes."""
     declare(app)
     w = app.worker(pipeline=2)
     w._pace = 0.0001  # attempts well under a millisecond: the whole hold
     pipe = w._pipe = StorePipeline(app.store, 2, lambda: None)
     try:
-        first = Request([], [], ClaimParams(w.queues, 100, w.id, 30.0))
+        first = Request([], [], ClaimParams(w.queues, 300, w.id, 30.0))
         pipe.in_flight.append(first)  # as if submitted, its reply not yet back
         assert w._take_free([]) == []  # the jobs come with the reply
         [sent] = [r for r in pipe.in_flight if r is not first]
-        assert sent.claim is not None and sent.claim.limit == w.concurrency + w.prefetch - 100
+        assert sent.claim is not None and sent.claim.limit == w.concurrency + w.prefetch - 300
+    finally:
+        pipe.close()
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+def test_each_pipelined_claim_takes_a_share_of_the_hold_so_the_next_has_slots(app: App, depth: int) -> None:
+    """With nothing in flight, a claim takes the hold's share of one transaction (a claim of the
+    whole hold would leave nothing for a second one beside it: the loop and the store would take
+    turns again); the next claims take the next shares, until the pipeline is full."""
+    declare(app)
+    w = app.worker(pipeline=depth)
+    w._pace = 0.0001
+    hold = w.concurrency + w.prefetch
+    pipe = w._pipe = StorePipeline(app.store, depth, lambda: None)
+    try:
+        for _ in range(depth + 1):
+            assert w._take_free([]) == []
+        limits = [r.claim.limit for r in pipe.in_flight if r.claim is not None]
+        share = -(-hold // depth)
+        assert limits == [share] * (depth - 1) + [hold - share * (depth - 1)], limits
+        assert sum(limits) == hold
     finally:
         pipe.close()
 
