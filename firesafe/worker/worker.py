@@ -426,14 +426,17 @@ class Worker:
     def _take_free(self, staying: list[_Running]) -> list[Claimed]:
         """Claim the free slots: what the threads and the prefetch allow, less what stays and what the
         claims in flight may fill, at most a batch. With a pipeline, at most a share of the whole
-        (one transaction's worth of ``depth``), so that the next claim has slots to fill while this
-        one is in flight: a claim of everything would leave the pipeline's other committer idle,
-        the loop and the store taking turns again (measured: a no-op drain on PostgreSQL had two
-        transactions in flight 0% of the time, of 512 jobs each; with shares of 256, 55%)."""
+        (one transaction's worth of ``depth``, never less than the threads), so that the next claim
+        has slots to fill while this one is in flight: a claim of everything would leave the
+        pipeline's other committer idle, the loop and the store taking turns again (measured: a
+        no-op drain on PostgreSQL had two transactions in flight 0% of the time, of 512 jobs each;
+        with shares of 256, 55%). Only the prefetch's hold is split: a claim may always fill the
+        threads, so a worker that prefetches nothing claims as it would without a pipeline."""
         want = self.concurrency + self._prefetching()
         free = min(want - len(staying), self.batch)
         if self._pipe is not None:
-            free = min(free - self._pipe.reserved(), -(-want // self._pipe.depth))
+            share = max(self.concurrency, -(-want // self._pipe.depth))
+            free = min(free - self._pipe.reserved(), share)
         if free <= 0:
             return []
         return self._take(free, suspects=False)

@@ -246,6 +246,24 @@ def test_each_pipelined_claim_takes_a_share_of_the_hold_so_the_next_has_slots(ap
         pipe.close()
 
 
+@pytest.mark.parametrize("depth", [2, 3])
+def test_a_pipelined_claim_without_prefetch_fills_every_thread(app: App, depth: int) -> None:
+    """Only the prefetch's hold is split into shares: with nothing measured yet (so no prefetch),
+    the first claim takes one job per thread, as it would without a pipeline, and the next claim
+    has nothing left to take."""
+    declare(app)
+    w = app.worker(pipeline=depth, concurrency=3)
+    assert w._pace is None
+    pipe = w._pipe = StorePipeline(app.store, depth, lambda: None)
+    try:
+        for _ in range(depth):
+            assert w._take_free([]) == []
+        limits = [r.claim.limit for r in pipe.in_flight if r.claim is not None]
+        assert limits == [3], limits
+    finally:
+        pipe.close()
+
+
 def test_heartbeats_leave_out_exactly_the_outcomes_in_flight(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two attempts run under leases; one's outcome is in a transaction in flight, whose commit ends
     its lease. The heartbeat extends the other one only (else it would find the first one's lease

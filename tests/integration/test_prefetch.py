@@ -61,7 +61,9 @@ def test_short_jobs_are_claimed_beyond_the_threads(app: App) -> None:
     probe = Probe(app)
     step = declare(app)
     step.enqueue_many([{"args": [i], "key": f"s{i}"} for i in range(300)])
-    assert app.work(burst=True, concurrency=3, prefetch=3, lanes=1).succeeded == 300
+    # One claim at a time (pipeline=1): with a pipeline each claim takes a share of the prefetch's
+    # hold, the shares summing to it (tests/integration/test_pipeline.py).
+    assert app.work(burst=True, concurrency=3, prefetch=3, lanes=1, pipeline=1).succeeded == 300
     assert probe.limits[0] == 3  # nothing measured yet: no prefetch on the first claim
     assert max(probe.limits) == 6  # then concurrency + prefetch
     assert max(probe.sizes) == 6  # and claims took twice the threads at once
@@ -71,13 +73,13 @@ def test_by_default_the_prefetch_follows_the_pace_up_to_the_hold(app: App) -> No
     probe = Probe(app)
     step = declare(app)
     step.enqueue_many([{"args": [i], "key": f"s{i}"} for i in range(1000)])
-    w = app.worker(["default"], burst=True, concurrency=3)
+    w = app.worker(["default"], burst=True, concurrency=3, pipeline=1)  # one claim at a time, as above
     assert w.prefetch == w.PREFETCH_HOLD - 3  # the most it may hold beyond the threads
     w.PREFETCH_BELOW = 1.0  # "short" is under 1 s here, so a busy host cannot make the no-op jobs long
     w.LINGER = 1.0  # and the outcomes of a batch are saved together (at once when all are back)
     assert w.run().succeeded == 1000
     # 3 threads run far more no-op attempts than the hold in a second, so claims reached the hold:
-    # 128 jobs at once, not 6.
+    # 512 jobs at once, not 6.
     assert probe.limits[0] == 3 and max(probe.limits) == w.PREFETCH_HOLD
     assert max(probe.sizes) == w.PREFETCH_HOLD
     # The size follows the pace: k waiting jobs wait about k x pace / concurrency for the last to
