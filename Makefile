@@ -33,7 +33,7 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 test: $(STAMP) lint browser docs
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=20
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -x -m "not slow"
