@@ -426,12 +426,11 @@ class Worker:
     def _take_free(self, staying: list[_Running]) -> list[Claimed]:
         """Claim the free slots: what the threads and the prefetch allow, less what stays and what the
         claims in flight may fill, at most a batch. With a pipeline, at most a share of the whole
-        (one transaction's worth of ``depth``, never less than the threads), so that the next claim
-        has slots to fill while this one is in flight: a claim of everything would leave the
-        pipeline's other committer idle, the loop and the store taking turns again (measured: a
-        no-op drain on PostgreSQL had two transactions in flight 0% of the time, of 512 jobs each;
-        with shares of 256, 55%). Only the prefetch's hold is split: a claim may always fill the
-        threads, so a worker that prefetches nothing claims as it would without a pipeline."""
+        (one transaction's worth of ``depth``), so that the next claim has slots to fill while this
+        one is in flight: a claim of everything would leave the pipeline's other committer idle,
+        the loop and the store taking turns again (measured: a no-op drain on PostgreSQL had two
+        transactions in flight 0% of the time, of 512 jobs each; with shares of 256, 55%). A share
+        is never less than the threads, so a worker that prefetches nothing claims as without one."""
         want = self.concurrency + self._prefetching()
         free = min(want - len(staying), self.batch)
         if self._pipe is not None:
