@@ -35,6 +35,36 @@ class StoreError(FiresafeError):
     """The store cannot be opened or used (unreachable, unreadable, corrupt, full)."""
 
 
+class StoreDataError(StoreError):
+    """The store refused what it was given to write (text it cannot encode, a NUL in PostgreSQL
+    text): the fault is in that data, not in the store, so retrying the same write cannot help.
+    Nothing of the refused transaction was kept."""
+
+
+class SchemaTooNew(StoreError):
+    """A newer firesafe migrated the store: this one refuses to read or write it, whatever it would
+    do (migrate, run workers, enqueue, serve the dashboard)."""
+
+    def __init__(self, where: str, version: int, supported: int) -> None:
+        self.version = version
+        self.supported = supported
+        super().__init__(f"the store at {where} has schema version {version}, newer than this firesafe "
+                         f"supports ({supported}): upgrade firesafe, or use the version that migrated it")
+
+
+class OtherTables(StoreError):
+    """A SQLite file holds tables that are not firesafe's (another application's): firesafe does not
+    add its own beside them unless told to (``migrate(allow_other_tables=True)``)."""
+
+    def __init__(self, path: str, tables: list[str]) -> None:
+        self.tables = tables
+        shown = ", ".join(t if t.isidentifier() else repr(t) for t in tables[:5])
+        shown += f" and {len(tables) - 5} more" if len(tables) > 5 else ""
+        super().__init__(f"{path} holds tables that are not firesafe's ({shown}); firesafe adds its tables "
+                         "to another application's file only when told to: give firesafe a file of its own, "
+                         "or run `firesafe migrate --allow-other-tables` once to share this one")
+
+
 class JobNotFound(FiresafeError, KeyError):
     def __init__(self, key: str) -> None:
         self.key = key

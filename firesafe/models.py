@@ -10,7 +10,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from firesafe.clock import to_datetime
+from firesafe.idempotency.keys import MAX_DEPTH, nested_deeper
 from firesafe.masking import mask_arguments
+from firesafe.sanitize import safe_str
 from firesafe.states import State
 
 
@@ -88,6 +90,10 @@ class Job:
     created: bool = False
     trace: list[Attempt] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+    #: Why part of the stored row cannot be read (its arguments or its result: written by hand or
+    #: by an older version), else None. What cannot be read reads as empty; a job whose arguments
+    #: cannot be read is never run: a worker that claims it ends it dead (``undecodable_payload``).
+    unreadable: str | None = None
 
     def __repr__(self) -> str:  # arguments may hold secrets: never in a repr
         return f"<Job {self.key!r} {self.name} state={self.state} attempt={self.attempt}/{self.max_attempts}>"
@@ -123,6 +129,8 @@ class Job:
             "error_message": self.error_message,
             "reason": self.reason,
         }
+        if self.unreadable is not None:
+            d["unreadable"] = self.unreadable
         if with_trace:
             d["trace"] = [a.as_dict() for a in self.trace]
             d["events"] = [e.as_dict() for e in self.events]
@@ -135,7 +143,13 @@ class Job:
         job = cls.from_claim_row(row, row["worker"])
         finished, result = row["finished_at"], row["result"]
         job.finished_at = None if finished is None else datetime.fromtimestamp(finished, UTC)
-        job.result = json.loads(result) if result is not None else None
+        if result is not None:
+            try:
+                value = json.loads(result)
+                _check_depth(result, value, MAX_DEPTH)
+                job.result = value
+            except Exception as exc:  # RecursionError, ValueError: whatever else the row holds still reads
+                job.unreadable = "; ".join(filter(None, [job.unreadable, _why_unreadable("result", exc)]))
         job.error_type, job.error_message, job.reason = row["error_type"], row["error_message"], row["reason"]
         job.fingerprint = row["fingerprint"]
         return job
@@ -155,12 +169,23 @@ class Job:
         PostgreSQL store reads claims as tuples, the cheapest rows to build: once per job)."""
         (id_, key, name, queue, state, payload, arg_names, attempt, max_attempts, runs, deferrals, lost, run_at,
          created_at, updated_at, cancel_requested) = values
-        p = _payload(payload)
-        return cls(id_, key, name, queue, _STATES[state], p.get("args", []), p.get("kwargs", {}), _arg_names(arg_names),
-                   attempt, max_attempts, runs, deferrals, lost,
-                   None if run_at is None else datetime.fromtimestamp(run_at, UTC),
-                   datetime.fromtimestamp(created_at, UTC), datetime.fromtimestamp(updated_at, UTC),
-                   None, worker=worker, cancel_requested=bool(cancel_requested))
+        unreadable = None
+        try:
+            p = _payload(payload)
+            args = p.get("args", [])
+            kwargs = p.get("kwargs", {})
+            names = _arg_names(arg_names)
+        except Exception as exc:  # not JSON, nested past the cap or the decoder, not an object: its job's failure
+            args, kwargs, names = [], {}, []
+            unreadable = _why_unreadable("arguments", exc)
+        job = cls(id_, key, name, queue, _STATES[state], args, kwargs, names,
+                  attempt, max_attempts, runs, deferrals, lost,
+                  None if run_at is None else datetime.fromtimestamp(run_at, UTC),
+                  datetime.fromtimestamp(created_at, UTC), datetime.fromtimestamp(updated_at, UTC),
+                  None, worker=worker, cancel_requested=bool(cancel_requested))
+        if unreadable is not None:
+            job.unreadable = unreadable
+        return job
 
 
 #: The columns a claim returns (both dialects' job_claim), read by :meth:`Job.from_claim_row`.
@@ -176,12 +201,38 @@ _scan_json = json.JSONDecoder().scan_once
 def _payload(text: str) -> Any:
     """A stored payload's value. It is canonical JSON (firesafe wrote it): the C scanner reads it
     without json.loads's checks around it, a microsecond a job; anything else goes through
-    json.loads, which reads it or says what is wrong."""
+    json.loads, which reads it or says what is wrong. Arguments nested past the cap (written by
+    hand or by an older version) are refused too: whether they decode depends on the stack they
+    are decoded on, and they would break what walks them later (masking, rendering)."""
     try:
         value, end = _scan_json(text, 0)
     except StopIteration:
         return json.loads(text)
-    return value if end == len(text) else json.loads(text)
+    if end != len(text):
+        value = json.loads(text)
+    if len(text) > 2 * _PAYLOAD_DEPTH:  # shorter, it cannot nest that deep
+        _check_depth(text, value, _PAYLOAD_DEPTH)
+    return value
+
+
+#: How deep a payload may nest: its object, its list of arguments, and each argument's cap.
+_PAYLOAD_DEPTH = MAX_DEPTH + 2
+
+
+def _check_depth(text: str, value: Any, levels: int) -> None:
+    """ValueError if ``value`` (decoded from ``text``) nests more than ``levels`` deep. Only a
+    long text with that many brackets can: the usual one is let through by a length test."""
+    if len(text) > 2 * levels and text.count("[") + text.count("{") > levels and nested_deeper(value, levels):
+        raise ValueError(f"nested more than {MAX_DEPTH} levels deep")
+
+
+def _why_unreadable(what: str, exc: Exception) -> str:
+    """Why a stored value cannot be read, on one line of at most some 200 characters.
+
+    >>> _why_unreadable("arguments", ValueError("Expecting value: line 1 column 1 (char 0)"))
+    'arguments: ValueError: Expecting value: line 1 column 1 (char 0)'
+    """
+    return f"{what}: {type(exc).__name__}: {safe_str(exc)[:200]}"
 
 
 def _arg_names(text: str | None) -> list[str]:
@@ -205,7 +256,7 @@ def attempt_from_row(row: Any) -> Attempt:
         error_type=row["error_type"],
         message=row["message"],
         traceback=row["traceback"],
-        detail=json.loads(row["detail"]) if row["detail"] else {},
+        detail=_detail(row["detail"]),
     )
 
 
@@ -214,5 +265,20 @@ def event_from_row(row: Any) -> Event:
         at=to_datetime(row["at"]),  # type: ignore[arg-type]
         kind=row["kind"],
         actor=row["actor"],
-        detail=json.loads(row["detail"]) if row["detail"] else {},
+        detail=_detail(row["detail"]),
     )
+
+
+def _detail(text: str | None) -> dict[str, Any]:
+    """A stored detail (JSON written by firesafe); one that does not decode reads as what it was.
+
+    >>> _detail('{"duration": 0.5}'), _detail(None), _detail("[[[")
+    ({'duration': 0.5}, {}, {'unreadable': '[[['})
+    """
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except Exception:  # written by hand or damaged: shown, not decoded
+        return {"unreadable": text[:2000]}
+    return value if isinstance(value, dict) else {"value": value}

@@ -2,6 +2,7 @@
 step keys handed to providers."""
 
 from firesafe.idempotency.keys import (
+    MAX_DEPTH,
     MAX_KEY_LENGTH,
     MAX_PAYLOAD_BYTES,
     canonical_json,
@@ -13,6 +14,7 @@ from firesafe.idempotency.keys import (
 )
 
 __all__ = [
+    "MAX_DEPTH",
     "MAX_KEY_LENGTH",
     "MAX_PAYLOAD_BYTES",
     "canonical_json",

@@ -16,6 +16,25 @@ from firesafe.errors import InvalidInput
 MAX_KEY_LENGTH = 255
 #: Largest accepted payload (the canonical JSON of a job's arguments), in bytes.
 MAX_PAYLOAD_BYTES = 256 * 1024
+#: How deep JSON values firesafe stores may nest (lists and dicts within lists and dicts, the outermost
+#: counting one): each argument of a job, a result, a step's result. Far below what Python's JSON
+#: encoder and decoder reach (about 1,000 levels, less on a deep stack), so what is stored decodes.
+MAX_DEPTH = 256
+
+
+def nested_deeper(value: Any, levels: int) -> bool:
+    """Whether ``value`` nests lists and dicts more than ``levels`` deep (without recursion, so a
+    value of any depth is measured).
+
+    >>> nested_deeper([[1]], 2), nested_deeper([[[1]]], 2), nested_deeper({"a": [1]}, 2)
+    (False, True, False)
+    """
+    level = [value] if isinstance(value, (list, dict)) else []
+    for _ in range(levels):
+        level = [v for c in level for v in (c.values() if isinstance(c, dict) else c) if isinstance(v, (list, dict))]
+        if not level:
+            return False
+    return bool(level)
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:\-]{0,127}$")
 
@@ -121,7 +140,13 @@ def _flat(value: Any) -> bool:
     return kind in _FLAT
 
 
-def _walk(value: Any, path: str) -> None:
+class _TooDeep(Exception):
+    """Raised by :func:`_walk` past the nesting it allows; :func:`_encode` says what was too deep."""
+
+
+def _walk(value: Any, path: str, room: int) -> None:
+    """Check that ``value`` is JSON (a non-string key, a set or a NaN raises InvalidInput naming
+    where) nesting at most ``room`` levels of lists and dicts (else :class:`_TooDeep`)."""
     if value is None or isinstance(value, (bool, int, str)):
         return
     if isinstance(value, float):
@@ -129,14 +154,18 @@ def _walk(value: Any, path: str) -> None:
             raise InvalidInput(f"argument {path} is {value!r}, which JSON cannot carry")
         return
     if isinstance(value, (list, tuple)):
+        if room <= 0:
+            raise _TooDeep
         for i, item in enumerate(value):
-            _walk(item, f"{path}[{i}]")
+            _walk(item, f"{path}[{i}]", room - 1)
         return
     if isinstance(value, dict):
+        if room <= 0:
+            raise _TooDeep
         for k, item in value.items():
             if not isinstance(k, str):
                 raise InvalidInput(f"argument {path} has a non-string key {k!r}; JSON keys are strings")
-            _walk(item, f"{path}[{k!r}]")
+            _walk(item, f"{path}[{k!r}]", room - 1)
         return
     raise InvalidInput(
         f"argument {path} is a {type(value).__name__}, which is not JSON-serialisable "
@@ -174,19 +203,24 @@ def _plain(value: Any) -> bool:
     return type(value) is dict and all(type(k) is str and _flat(v) for k, v in value.items())
 
 
-def _encode(value: Any, what: str, limit: int | None) -> tuple[str, bool]:
+def _encode(value: Any, what: str, limit: int | None, depth: int = MAX_DEPTH,
+            wrap: int = 0) -> tuple[str, bool]:
+    """``value``'s canonical JSON, checked; ``wrap`` levels of it are firesafe's own (a payload's
+    object and its list of arguments), beyond which it may nest ``depth`` levels."""
     plain = _plain(value)
     try:
         if not plain:
-            _walk(value, what)
+            _walk(value, what, depth + wrap)
         text = _encode_plain(value) if plain else _ENCODER.encode(value)
+    except _TooDeep:
+        raise InvalidInput(f"{what} are nested more than {depth} levels deep") from None
     except RecursionError:
         raise InvalidInput(f"{what} are nested too deeply to be written as JSON") from None
     except ValueError as exc:
         if isinstance(exc, InvalidInput):
             raise
         if plain:  # NaN or an infinity among plain values: say where (other values were walked above)
-            _walk(value, what)
+            _walk(value, what, depth + wrap)
         if "integer string conversion" in str(exc):  # past Python's limit (sys.set_int_max_str_digits)
             raise InvalidInput(f"{what} hold an integer of more than {sys.get_int_max_str_digits()} digits, "
                                "which cannot be written as JSON") from None
@@ -201,23 +235,30 @@ def _encode(value: Any, what: str, limit: int | None) -> tuple[str, bool]:
     return text, plain
 
 
-def canonical_json(value: Any, what: str = "arguments", limit: int | None = MAX_PAYLOAD_BYTES) -> str:
-    """The one JSON text of ``value``: sorted keys, no spaces, UTF-8, size-capped.
+def canonical_json(value: Any, what: str = "arguments", limit: int | None = MAX_PAYLOAD_BYTES,
+                   depth: int = MAX_DEPTH) -> str:
+    """The one JSON text of ``value``: sorted keys, no spaces, UTF-8, size-capped, nesting at most
+    ``depth`` levels (so that every store holds it and it decodes again).
 
     >>> canonical_json({"b": 1, "a": [1.5, None]})
     '{"a":[1.5,null],"b":1}'
+    >>> canonical_json([[["deep"]]], "the result", depth=2)
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.InvalidInput: the result are nested more than 2 levels deep
     """
-    return _encode(value, what, limit)[0]
+    return _encode(value, what, limit, depth)[0]
 
 
 def payload_json(args: list[Any], kwargs: dict[str, Any], limit: int | None = MAX_PAYLOAD_BYTES) -> tuple[str, bool]:
     """A job's payload, the canonical JSON of ``{"args": args, "kwargs": kwargs}``, and whether the
     arguments are plain scalars (str, int, float, bool, None, exactly), which decode back equal.
+    Each argument nests at most :data:`MAX_DEPTH` levels.
 
     >>> payload_json(["o-1", 100], {}), payload_json([[1, 2]], {})[1]
     (('{"args":["o-1",100],"kwargs":{}}', True), False)
     """
-    return _encode({"args": args, "kwargs": kwargs}, "arguments", limit)
+    return _encode({"args": args, "kwargs": kwargs}, "arguments", limit, wrap=2)
 
 
 def fingerprint(name: str, payload_json: str) -> str:

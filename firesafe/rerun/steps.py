@@ -150,13 +150,13 @@ class Steps:
 def _why_unstorable(value: Any) -> str:
     """Why ``value`` cannot be a step's record, e.g. ``that cannot be stored as JSON (set at [0]['ids'])``."""
     try:
-        text = canonical_json(value, limit=None)
-    except (ValueError, TypeError, RecursionError):
+        text = canonical_json(value, "it", limit=None)
+    except (ValueError, TypeError, RecursionError) as exc:
         try:
             part = _not_json(value, "")
         except RecursionError:
             part = "a value nested too deeply or holding itself"
-        return f"that cannot be stored as JSON ({part or type(value).__name__})"
+        return f"that cannot be stored as JSON ({part or str(exc).removeprefix('it are ')})"
     return f"too large to store ({len(text.encode())} bytes of JSON; the cap is {MAX_STEP_RESULT} bytes)"
 
 

@@ -133,8 +133,14 @@ class Store(abc.ABC):
         """The store's clock, in seconds since the epoch."""
 
     @abc.abstractmethod
-    def migrate(self) -> list[int]:
-        """Create or upgrade the schema; returns the migration versions applied now."""
+    def migrate(self, *, allow_other_tables: bool = False) -> list[int]:
+        """Create or upgrade the schema; returns the migration versions applied now.
+
+        Refuses (:class:`~firesafe.errors.SchemaTooNew`, nothing written) a schema that a newer
+        firesafe migrated. On SQLite it refuses (:class:`~firesafe.errors.OtherTables`) to create the
+        schema in a file that holds other tables unless ``allow_other_tables``; PostgreSQL keeps
+        firesafe's tables in a schema of their own and ignores the flag.
+        """
 
     @abc.abstractmethod
     def schema_version(self) -> int:
@@ -159,7 +165,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def job_finish_many(self, items: Sequence[FinishParams]) -> list[bool]:
-        """End attempts; an item applies only if its job is still running under its token."""
+        """End attempts; an item applies only if its job is still running under its token. Data the
+        store cannot hold (a NUL in PostgreSQL text, text that is not UTF-8) raises
+        :class:`~firesafe.errors.StoreDataError` and keeps nothing, as any other failure does."""
 
     @abc.abstractmethod
     def job_finish_and_claim(self, finishes: Sequence[FinishParams],

@@ -45,11 +45,12 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from firesafe.alerts.store_postgres import AlertsPostgres
 from firesafe.clock import Clock
 from firesafe.dashboard.store_queries import DashboardQueries
-from firesafe.errors import ConfigError, InvalidInput, StoreError
+from firesafe.errors import ConfigError, InvalidInput, StoreDataError, StoreError
 from firesafe.inbox.store_postgres import InboxPostgres
 from firesafe.limits.store_postgres import LimitsPostgres
 from firesafe.models import Job, attempt_from_row, event_from_row
 from firesafe.rerun.store_postgres import StepsPostgres
+from firesafe.sanitize import for_store
 from firesafe.schedules.store_postgres import SchedulesPostgres
 from firesafe.states import State
 from firesafe.store import queries
@@ -407,6 +408,16 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
             if _plan_changed(exc):
                 self._renew_connections()
             raise self._explain(exc) from exc
+        except UnicodeError as exc:  # text that has no UTF-8 (a lone surrogate), refused before it was sent
+            raise self._refused(exc) from exc
+
+    def _refused(self, exc: Exception) -> StoreDataError:
+        """The error for data the store refused (a NUL in text, text that is not UTF-8, a value out of
+        range): not a fault of the store, so a retry of the same write would be refused again."""
+        err = StoreDataError(f"PostgreSQL store {self.where} refused the data it was given "
+                             f"({type(exc).__name__}: {for_store(_first_line(exc))[:300]})")
+        err.__cause__ = exc
+        return err
 
     def _renew_connections(self) -> None:
         """Replace every pooled connection (those in use when they come back). A table's columns
@@ -430,6 +441,8 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
         return StoreError(f"PostgreSQL store {self.where} is unreachable: {why}")
 
     def _explain(self, exc: psycopg.Error) -> StoreError:
+        if isinstance(exc, psycopg.DataError):  # SQLSTATE class 22, or a NUL psycopg refused to send
+            return self._refused(exc)
         text = _first_line(exc)
         if _plan_changed(exc):
             msg = (f"PostgreSQL store {self.where}: its tables changed under this process (a newer firesafe "
@@ -485,10 +498,15 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
                 return None
             return {r["version"] for r in c.execute(self.q["migrations_applied"])}
 
-    def migrate(self) -> list[int]:
-        """Create or upgrade firesafe's schema; safe when many processes call it at once."""
+    def migrate(self, *, allow_other_tables: bool = False) -> list[int]:
+        """Create or upgrade firesafe's schema; safe when many processes call it at once.
+
+        ``allow_other_tables`` is SQLite's: firesafe's tables live in a schema of their own here.
+        """
         wanted = queries.migrations("postgres")
         done = self._applied()
+        if done:
+            queries.check_version(self.where, self.dialect, max(done))
         if done is not None and all(v in done for v, _ in wanted):
             return []
         applied_now: list[int] = []
@@ -498,6 +516,7 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
                 c.execute(self.q["schema_create"])
             c.execute(self.q["migrations_create"])
             done = {r["version"] for r in c.execute(self.q["migrations_applied"])}
+            queries.check_version(self.where, self.dialect, max(done, default=0))  # a newer one won the lock
             for version, text in wanted:
                 if version in done:
                     continue

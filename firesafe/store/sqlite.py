@@ -21,11 +21,12 @@ from typing import Any
 from firesafe.alerts.store_sqlite import AlertsSQLite
 from firesafe.clock import Clock, SystemClock
 from firesafe.dashboard.store_queries import DashboardQueries
-from firesafe.errors import StoreError
+from firesafe.errors import OtherTables, StoreDataError, StoreError
 from firesafe.inbox.store_sqlite import InboxSQLite
 from firesafe.limits.store_sqlite import LimitsSQLite
 from firesafe.models import Job, attempt_from_row, event_from_row
 from firesafe.rerun.store_sqlite import StepsSQLite
+from firesafe.sanitize import for_store
 from firesafe.schedules.store_sqlite import SchedulesSQLite
 from firesafe.states import Outcome, State
 from firesafe.store import queries
@@ -54,6 +55,8 @@ _CLAIM = {suspects: Q["job_claim"].replace("{index}", index).replace("{lost}", l
 
 
 def _explain(exc: sqlite3.Error, path: str) -> StoreError:
+    if isinstance(exc, sqlite3.DataError):  # a value SQLite cannot take (too big): the data's fault
+        return _refused(exc, path)
     text = str(exc)
     if "not a database" in text or "malformed" in text:
         msg = f"{path} is not a usable firesafe SQLite store ({text}); is it corrupt or another kind of file?"
@@ -78,6 +81,15 @@ def _explain(exc: sqlite3.Error, path: str) -> StoreError:
     else:
         msg = f"SQLite store {path}: {text}"
     err = StoreError(msg)
+    err.__cause__ = exc
+    return err
+
+
+def _refused(exc: Exception, path: str) -> StoreDataError:
+    """The error for data SQLite refused (text that is not UTF-8, a value too big): not a fault of
+    the store, so a retry of the same write would be refused again."""
+    err = StoreDataError(f"SQLite store {path} refused the data it was given ({type(exc).__name__}: "
+                         f"{for_store(str(exc))[:300]})")
     err.__cause__ = exc
     return err
 
@@ -225,6 +237,8 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
                     pass
                 if isinstance(exc, sqlite3.Error):
                     raise self._fault(exc, conn) from exc
+                if isinstance(exc, UnicodeError):  # text that has no UTF-8 (a lone surrogate)
+                    raise _refused(exc, self.path) from exc
                 raise
 
     def _group_write(self, name: str, params: dict[str, Any]) -> int:
@@ -264,6 +278,8 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
             return conn.execute(Q[name], params or {}).fetchall()
         except sqlite3.Error as exc:
             raise self._fault(exc, conn) from exc
+        except UnicodeError as exc:
+            raise _refused(exc, self.path) from exc
 
     def _read_conn(self) -> sqlite3.Connection:
         conn = self._conn()
@@ -285,11 +301,17 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
         self._local = threading.local()
 
     # -- schema ------------------------------------------------------------------------------
-    def migrate(self) -> list[int]:
+    def migrate(self, *, allow_other_tables: bool = False) -> list[int]:
         applied_now: list[int] = []
         with self._tx() as conn:
+            tables = [r[0] for r in conn.execute(_TABLES)]
+            if "firesafe_migrations" not in tables and not allow_other_tables:
+                others = [t for t in tables if not t.lower().startswith("firesafe_")]
+                if others:
+                    raise OtherTables(self.path, others)
             conn.execute(Q["migrations_create"])
             done = {r[0] for r in conn.execute(Q["migrations_applied"])}
+            queries.check_version(self.url, self.dialect, max(done, default=0))
             for version, sql in queries.migrations("sqlite"):
                 if version in done:
                     continue
@@ -556,6 +578,13 @@ class _Batch:
         self.done = threading.Event()
         self.rowcounts: list[int] = []
         self.error: BaseException | None = None
+
+
+#: The file's tables and views but SQLite's own: before creating firesafe's tables, migrate looks for
+#: another application's. Not a named query: it has no PostgreSQL counterpart (a PostgreSQL store
+#: keeps its tables in a schema of their own), as schema_version's look at sqlite_master has none.
+_TABLES = (r"SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\_%' ESCAPE '\'"
+           " ORDER BY name")
 
 
 def _statements(sql: str) -> list[str]:

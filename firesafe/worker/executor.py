@@ -11,7 +11,7 @@ import inspect
 import json
 import time
 import traceback as tb_mod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from firesafe.errors import Cancelled, InvalidInput, RetryAfter, UnstorableValue
@@ -19,6 +19,7 @@ from firesafe.idempotency.keys import canonical_json
 from firesafe.limits.http import retry_after_of
 from firesafe.masking import mask_text, mask_values, secret_values
 from firesafe.retries.decide import Budget, decide
+from firesafe.sanitize import for_store, safe_str
 from firesafe.states import Outcome, State
 from firesafe.store.base import Claimed, FinishParams
 from firesafe.worker.pool import run_coroutine
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
     from firesafe.app import JobDef
     from firesafe.context import Context
 
-#: Bounds of what the trace keeps of an error.
+#: Bounds of what the trace keeps of an error (characters).
+MAX_TYPE = 200
 MAX_MESSAGE = 2000
 MAX_TRACEBACK = 8000
 MAX_RESULT_BYTES = 1024 * 1024
@@ -88,27 +90,51 @@ def execute(jobdef: JobDef, ctx: Context, args: list[Any], kwargs: dict[str, Any
     except ProcessDeath:
         raise
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, CancelledError a job raises: its failure too
-        return AttemptResult(exc, duration=time.monotonic() - start, traceback=_format_tb(exc),
-                             retry_after=retry_after_of(exc, time.time()) if isinstance(exc, Exception) else None)
+        return _failed(exc, start)
+
+
+def _failed(exc: BaseException, start: float) -> AttemptResult:
+    """The attempt that raised ``exc``, whatever ``exc`` holds or does when looked at (never raises)."""
+    try:
+        retry_after = retry_after_of(exc, time.time()) if isinstance(exc, Exception) else None
+    except Exception:  # an error of an odd shape: nothing to honour
+        retry_after = None
+    return AttemptResult(exc, duration=time.monotonic() - start, traceback=_format_tb(exc), retry_after=retry_after)
 
 
 def _format_tb(exc: BaseException) -> str:
-    text = "".join(tb_mod.format_exception(exc))
+    """The traceback of ``exc`` with its chain and notes, masked, its last ``MAX_TRACEBACK``
+    characters. Never raises: what cannot be formatted (a ``__notes__`` that raises, say) is said."""
+    try:
+        text = "".join(tb_mod.format_exception(exc))
+    except BaseException as failed:  # the formatting runs the error's own code (__str__, __notes__)
+        try:
+            frames = "".join(tb_mod.format_tb(exc.__traceback__))
+        except BaseException:
+            frames = ""
+        type_name, message = error_fields(exc)
+        text = (f"Traceback (most recent call last):\n{frames}{type_name}: {message}\n"
+                f"(the rest of this error could not be formatted: {type(failed).__name__})\n")
     if len(text) > MAX_TRACEBACK:
         text = "...(cut)...\n" + text[-MAX_TRACEBACK:]
-    return mask_text(text)
+    try:
+        return mask_text(text)
+    except Exception as failed:  # unmasked, it could show a secret: not kept
+        return f"(this traceback could not be masked ({type(failed).__name__}), so it is not kept)\n"
 
 
 def error_fields(exc: BaseException | None) -> tuple[str | None, str | None]:
+    """The type name and message of ``exc`` as a trace keeps them: bounded and masked (not yet
+    escaped for the store: :func:`conclude` does that last). Never raises, whatever ``__str__`` does."""
     if exc is None:
         return None, None
-    message = mask_text(str(exc))[:MAX_MESSAGE]
-    return type(exc).__name__, message
+    return type(exc).__name__[:MAX_TYPE], mask_text(safe_str(exc)[:MAX_MESSAGE])
 
 
 def conclude(claimed: Claimed, jobdef: JobDef, res: AttemptResult, draw: float, *,
              cancel_requested: bool = False, detail: dict[str, Any] | None = None) -> FinishParams:
-    """What to save for an attempt that ended as ``res`` (pure)."""
+    """What to save for an attempt that ended as ``res`` (pure). Never raises: an attempt whose
+    error defeats the recording of it is recorded as failed with a message saying so."""
     job = claimed.job
     if res.error is None and not res.timed_out:  # it returned: succeeded (decide's answer, without asking)
         result = res.result_json
@@ -117,6 +143,21 @@ def conclude(claimed: Claimed, jobdef: JobDef, res: AttemptResult, draw: float, 
         return FinishParams(job.id, claimed.token, job.runs, State.SUCCEEDED, Outcome.SUCCEEDED, None, 0, result,
                             None, None, None, None, _detail_json(detail, res.duration))
     budget = Budget(job.attempt, job.max_attempts, job.deferrals, jobdef.max_deferrals)
+    try:
+        return _conclude_failure(claimed, jobdef, res, draw, budget, cancel_requested, detail)
+    except Exception as exc:  # firesafe's own code met something it did not foresee in the error
+        decision = decide(RuntimeError(), budget, jobdef.backoff, draw)
+        kind = "TimedOut" if res.timed_out else for_store(type(res.error).__name__[:MAX_TYPE])
+        return FinishParams(
+            job_id=job.id, token=claimed.token, seq=job.runs, state=decision.state, outcome=decision.outcome,
+            delay=decision.delay, error_type=kind,
+            message=f"the error this attempt raised could not be recorded ({type(exc).__name__} while reading it)",
+            reason=decision.reason, detail=_detail_json(None, res.duration))
+
+
+def _conclude_failure(claimed: Claimed, jobdef: JobDef, res: AttemptResult, draw: float, budget: Budget,
+                      cancel_requested: bool, detail: dict[str, Any] | None) -> FinishParams:
+    job = claimed.job
     if cancel_requested and res.error is not None and not res.timed_out:
         decision = decide(Cancelled("cancel requested"), budget, jobdef.backoff, draw)
     else:
@@ -135,10 +176,13 @@ def conclude(claimed: Claimed, jobdef: JobDef, res: AttemptResult, draw: float, 
         message = mask_values(message, secrets) if message else message
         traceback = mask_values(traceback, secrets) if traceback else traceback
         detail = _masked_strings(detail, secrets) if detail else detail
+    # Escaped for the store last, once masked: what is stored is valid UTF-8 without NUL, whatever
+    # the error held (invariant 11); a secret is masked before any of its characters is escaped.
     return FinishParams(
         job_id=job.id, token=claimed.token, seq=job.runs, state=decision.state, outcome=decision.outcome,
         delay=decision.delay, given_back=1 if decision.deferred else 0, result=None,
-        error_type=error_type, message=message, traceback=traceback, reason=decision.reason,
+        error_type=error_type and for_store(error_type), message=message and for_store(message),
+        traceback=traceback and for_store(traceback), reason=decision.reason,
         detail=_detail_json(detail, res.duration),
     )
 
@@ -166,6 +210,56 @@ def unknown_job(claimed: Claimed) -> FinishParams:
     msg = f"no job named {job.name!r} is registered in this worker's app"
     return FinishParams(job_id=job.id, token=claimed.token, seq=job.runs, state=State.DEAD,
                         outcome=Outcome.FAILED, error_type="UnknownJob", message=msg, reason="unknown_job")
+
+
+def undecodable(claimed: Claimed) -> FinishParams:
+    """A job whose stored arguments cannot be read (written by hand or by an older version): dead,
+    its function never called, the trace saying why."""
+    job = claimed.job
+    msg = for_store(f"the job's stored arguments cannot be read, so it cannot run: {job.unreadable}")
+    return FinishParams(job_id=job.id, token=claimed.token, seq=job.runs, state=State.DEAD,
+                        outcome=Outcome.FAILED, error_type="UndecodablePayload", message=msg,
+                        reason="undecodable_payload")
+
+
+def escaped_ascii(fin: FinishParams) -> FinishParams:
+    """``fin`` with all its text in plain ASCII, the rest written as escapes (JSON text re-encoded
+    with ``\\u`` escapes): for an outcome a store refused for its data (a database whose encoding
+    lacks some character, say)."""
+    return replace(fin, error_type=_ascii(fin.error_type), message=_ascii(fin.message),
+                   traceback=_ascii(fin.traceback), reason=_ascii(fin.reason),
+                   result=_ascii_json(fin.result), detail=_ascii_json(fin.detail))
+
+
+def unstorable(fin: FinishParams, why: BaseException) -> FinishParams:
+    """The outcome to save in place of ``fin`` when the store refuses even its ASCII form: dead,
+    without its result, error text or detail, and a message saying so."""
+    cause = type(why.__cause__ or why).__name__
+    return replace(fin, state=State.DEAD, outcome=Outcome.FAILED, delay=None, given_back=0, result=None,
+                   error_type="UnstorableOutcome", traceback=None, reason="unstorable_outcome", detail=None,
+                   message=f"the store refused to record this attempt's outcome ({cause}); what the attempt "
+                           "returned or raised is not kept")
+
+
+def _ascii(text: str | None) -> str | None:
+    """``text`` as printable ASCII plus tab, newline and carriage return.
+
+    >>> _ascii("caf\\udce9 \\x00 é")
+    'caf\\\\udce9 \\\\x00 \\\\xe9'
+    """
+    if text is None:
+        return None
+    return for_store(safe_str(text)).encode("ascii", "backslashreplace").decode("ascii")
+
+
+def _ascii_json(text: str | None) -> str | None:
+    """JSON text with ``\\u`` escapes for everything beyond ASCII; None if it does not decode."""
+    if text is None or text.isascii():
+        return text
+    try:
+        return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+    except (ValueError, RecursionError):
+        return None
 
 
 def released(claimed: Claimed, why: str) -> FinishParams:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from firesafe.context import Context, JobInfo
-from firesafe.errors import Cancelled, ConfigError, StoreError
+from firesafe.errors import Cancelled, ConfigError, StoreDataError, StoreError
 from firesafe.retries.backoff import Backoff
 from firesafe.retries.decide import DEFAULT_MAX_LOST, Budget, decide_lost
 from firesafe.states import State
@@ -302,7 +302,8 @@ class Worker:
     def _collect(self) -> None:
         """Take in the pipeline's requests that finished: book their outcomes, start the jobs they
         claimed. One that failed keeps its outcomes to save again (see :meth:`_flush`), its claim
-        took nothing, and its error is raised once the others are in."""
+        took nothing, and its error is raised once the others are in; unless the store refused some
+        outcome's data (not a fault of the store: :meth:`_save` saves them apart, at once)."""
         if self._pipe is None:
             return
         error: BaseException | None = None
@@ -310,7 +311,8 @@ class Worker:
             if req.error is not None:
                 if req.finishes:
                     self._unsaved.append((req.finishes, req.meta, False))
-                error = error or req.error
+                if not isinstance(req.error, StoreDataError):
+                    error = error or req.error
                 continue
             if req.finishes:
                 self._book(req.finishes, req.meta, req.applied)
@@ -495,10 +497,14 @@ class Worker:
             finishes, meta = outbox
             try:
                 applied, claimed = self.store.job_finish_and_claim(finishes, params)
+            except StoreDataError as exc:  # some outcome's data, not the store: saved apart, then the claim
+                self._save_apart(finishes, meta, False, exc)
+                claimed = self.store.job_claim(params)
             except StoreError:
                 self._unsaved.append((finishes, meta, False))
                 raise
-            self._book(finishes, meta, applied)
+            else:
+                self._book(finishes, meta, applied)
         self.stats.claimed += len(claimed)
         # Jobs under limiters that may not start now are given back in the store (no attempt used).
         for c in self._limits.admit(claimed) if self._limits is not None else claimed:
@@ -510,7 +516,11 @@ class Worker:
         jobdef = self.app.jobs.get(job.name)
         if jobdef is None:
             log.error("job %s has unknown name %r: dead (unknown_job)", job.key, job.name)
-            self._save([executor.unknown_job(claimed)])
+            self._end_unrun(executor.unknown_job(claimed))
+            return
+        if job.unreadable is not None:
+            log.error("job %s has stored arguments that cannot be read: dead (undecodable_payload)", job.key)
+            self._end_unrun(executor.undecodable(claimed))
             return
         ctx = Context(JobInfo(job.key, job.name, job.queue, job.attempt, job.max_attempts, job.runs, job.id),
                       store=self.store, app=self.app, token=claimed.token, is_async=jobdef.is_async)
@@ -554,6 +564,14 @@ class Worker:
 
         assert self._pool is not None
         self._pool.submit(task)
+
+    def _end_unrun(self, fin: FinishParams) -> None:
+        """Save the outcome of a claimed job that cannot run here. A store fault keeps it to save
+        again (see :meth:`_flush`) without stopping the start of the jobs claimed with it."""
+        try:
+            self._save([fin])
+        except StoreError as exc:
+            log.error("could not save the outcome of a job that cannot run (%s); saving it again later", exc)
 
     def _flush(self) -> None:
         while self._unsaved:  # outcomes a store fault kept from being saved: they still hold their leases
@@ -658,10 +676,66 @@ class Worker:
               keep_slots: bool = False) -> None:
         try:
             applied = self.store.job_finish_many(finishes)
+        except StoreDataError as exc:
+            self._save_apart(finishes, meta, keep_slots, exc)
+            return
         except StoreError:
             self._unsaved.append((finishes, meta, keep_slots))
             raise
         self._book(finishes, meta, applied, keep_slots)
+
+    def _save_apart(self, finishes: list[FinishParams], meta: list[tuple[_Running, Any]] | None,
+                    keep_slots: bool, refused: StoreDataError) -> None:
+        """Save outcomes whose batch the store refused for the data of one of them (``refused``), not
+        for a fault of its own: the batch in halves, and halves of those, down to the outcome it
+        refuses alone, which is saved with its text in plain ASCII or, refused again, as dead with a
+        message saying its outcome could not be recorded (see executor.escaped_ascii and
+        executor.unstorable). Every other outcome is saved as it was. No data is retried as it was,
+        so this ends; a store fault on the way keeps what is left to save again, and raises."""
+        log.warning("the store refused the data of an outcome among %d; saving them apart (%s)", len(finishes),
+                    refused)
+        n = len(finishes)
+        finishes = list(finishes)  # a refused outcome is replaced by what is saved in its place
+        metas: list[Any] = list(meta) if meta else [None] * n
+        applied: dict[int, bool] = {}  # by position: the outcomes saved, and whether each applied
+        parts: list[tuple[list[int], StoreDataError | None]] = [(list(range(n)), refused)]
+        try:
+            while parts:
+                part, error = parts.pop()
+                if error is None:
+                    try:
+                        applied.update(zip(part, self.store.job_finish_many([finishes[i] for i in part]),
+                                           strict=True))
+                        continue
+                    except StoreDataError as exc:
+                        error = exc
+                if len(part) > 1:
+                    half = len(part) // 2
+                    parts += [(part[half:], None), (part[:half], None)]  # the first half next
+                    continue
+                [i] = part
+                finishes[i], applied[i] = self._save_refused(finishes[i], error)
+        except StoreError:
+            left = [i for i in range(n) if i not in applied]
+            self._unsaved.append(([finishes[i] for i in left], [metas[i] for i in left] if meta else None,
+                                  keep_slots))
+            raise
+        finally:
+            done = sorted(applied)
+            if done:
+                self._book([finishes[i] for i in done], [metas[i] for i in done] if meta else None,
+                           [applied[i] for i in done], keep_slots)
+
+    def _save_refused(self, fin: FinishParams, refused: StoreDataError) -> tuple[FinishParams, bool]:
+        """Save one outcome the store refused for its data: as plain ASCII, else as unstorable."""
+        for attempt in (executor.escaped_ascii(fin), executor.unstorable(fin, refused)):
+            try:
+                return attempt, self.store.job_finish_many([attempt])[0]
+            except StoreDataError as exc:
+                log.error("the store refused the outcome of job id %s (%s)", fin.job_id, exc)
+                refused = exc
+        # Not even firesafe's own ASCII message: a store that refuses that is at fault.
+        raise StoreError(f"the store refused even a plain record of job id {fin.job_id}'s outcome: {refused}")
 
     def _book(self, finishes: list[FinishParams], meta: list[tuple[_Running, Any]] | None, applied: list[bool],
               keep_slots: bool = False) -> None:
@@ -688,7 +762,10 @@ class Worker:
                      else "",
                      extra={"job_key": key, "job_name": name, "outcome": str(fin.outcome),
                             "state": str(fin.state), "duration": round(duration, 6)})
-        self.app._after_finish(finishes, applied)
+        try:
+            self.app._after_finish(finishes, applied)
+        except Exception:  # a hook's bug must not stop the worker: its outcomes are saved already
+            log.exception("an after-finish hook failed")
 
     def _count(self, fin: FinishParams) -> None:
         s = self.stats
