@@ -18,6 +18,7 @@ from firesafe.errors import (
     RetryAfter,
     StoreError,
 )
+from firesafe.masking import Mask
 from firesafe.models import Attempt, Event, Job
 from firesafe.retries.backoff import Backoff
 from firesafe.states import Outcome, State
@@ -39,6 +40,7 @@ __all__ = [
     "Job",
     "JobDef",
     "JobNotFound",
+    "Mask",
     "Outcome",
     "Permanent",
     "Retention",

@@ -18,11 +18,13 @@ from firesafe.clock import Clock, to_timestamp
 from firesafe.deadletters import DeadLetters
 from firesafe.errors import MAX_DELAY, ConfigError, InvalidInput, JobNotFound
 from firesafe.idempotency.keys import check_key, check_name, fingerprint, new_key, payload_json
+from firesafe.masking import Mask
+from firesafe.masking import extend as extend_mask
 from firesafe.models import Job
 from firesafe.retries.backoff import Backoff
 from firesafe.retries.decide import DEFAULT_MAX_DEFERRALS
 from firesafe.states import State
-from firesafe.store import Store, open_store, resolve_url
+from firesafe.store import Store, check_schema, open_store, resolve_url
 from firesafe.store.base import FinishParams, InsertParams, JobFilter, RescueParams
 
 log = logging.getLogger("firesafe")
@@ -191,20 +193,27 @@ class JobDef:
 class App:
     """A firesafe application: a store plus the jobs your code declares.
 
-    ``App()`` uses ``$FIRESAFE_STORE``, else ``sqlite:///firesafe.db``.
+    ``App()`` uses ``$FIRESAFE_STORE``, else ``sqlite:///firesafe.db``. ``mask=Mask(names=...,
+    patterns=...)`` masks more secrets than firesafe's own, in every output of the process
+    (docs/operations.md, "Masking secrets").
     """
 
     def __init__(self, store: str | Store | None = None, *, clock: Clock | None = None, lease: float = 30.0,
                  auto_migrate: bool = True, retention: Retention | None = None, prune_interval: float = 60.0,
                  max_payload: int | None = None, store_options: Mapping[str, Any] | None = None,
-                 alerts: Sequence[Any] | None = None) -> None:
+                 alerts: Sequence[Any] | None = None, mask: Mask | None = None) -> None:
         if lease <= 0:
             raise ConfigError("lease must be > 0 seconds")
+        if mask is not None and not isinstance(mask, Mask):
+            raise ConfigError(f"mask must be a firesafe.Mask, not {type(mask).__name__}")
+        extend_mask(mask or Mask())  # more to mask in every output of this process; checks $FIRESAFE_MASK_*
+        #: The store once opened and checked (see :attr:`store`); a store given here waits in _given till then.
+        self._store: Store | None = None
+        self._given: Store | None = None
         if isinstance(store, Store):
-            self._store: Store | None = store
+            self._given = store
             self.store_url = store.url
         else:
-            self._store = None
             self.store_url = resolve_url(store)
         self._clock = clock
         self._store_options = dict(store_options or {})
@@ -235,18 +244,34 @@ class App:
     # -- the store ---------------------------------------------------------------------------
     @property
     def store(self) -> Store:
+        """The store, opened at the first use: migrated then if ``auto_migrate`` (a store given as an
+        object is used as it is). Either way a store that a newer firesafe migrated is refused then,
+        with :class:`~firesafe.errors.SchemaTooNew`, before anything is read or written: workers,
+        enqueues and the dashboard all reach the store through here, and only the first use checks."""
         if self._store is None:
             with self._store_lock:
                 if self._store is None:
-                    store = open_store(self.store_url, self._clock, **self._store_options)
-                    if self.auto_migrate:
-                        store.migrate()
-                    self._store = store
+                    self._store = self._open_store()
         return self._store
 
+    def _open_store(self) -> Store:
+        given = self._given
+        store = given or open_store(self.store_url, self._clock, **self._store_options)
+        try:
+            if self.auto_migrate and given is None:
+                store.migrate()  # refuses a newer schema itself
+            else:
+                check_schema(store)
+        except BaseException:
+            if given is None:
+                store.close()
+            raise
+        return store
+
     def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
+        store = self._store if self._store is not None else self._given
+        if store is not None:
+            store.close()
 
     # -- declaring ---------------------------------------------------------------------------
     def job(self, fn: Callable[..., Any] | None = None, *, name: str | None = None, queue: str = "default",

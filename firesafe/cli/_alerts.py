@@ -11,7 +11,7 @@ from rich.text import Text
 
 from firesafe.alerts.grouping import KINDS
 from firesafe.alerts.store import AlertRecord, Delivery
-from firesafe.cli._common import console, echo_json, fail, iso_time, json_option, open_app, store_option
+from firesafe.cli._common import console, data, echo_json, fail, iso_time, json_option, open_app, plain, store_option
 from firesafe.masking import mask_text
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -42,7 +42,7 @@ def alert_dict(a: AlertRecord, with_document: bool) -> dict[str, Any]:
 
 
 def delivery_text(d: Delivery) -> Text:
-    t = Text(f"{d.sink}: ", style="")
+    t = data(f"{d.sink}: ")
     state = "sending" if d.leased and d.state == "pending" else d.state
     t.append(state, style=DELIVERY_STYLE.get(d.state, ""))
     if d.attempts:
@@ -50,7 +50,7 @@ def delivery_text(d: Delivery) -> Text:
     if d.state == "pending" and not d.leased and d.attempts:
         t.append(f" next {_when(d.next_at)}", style="dim")
     if d.last_error and d.state != "delivered":
-        t.append(f"\n  {mask_text(d.last_error)[:200]}", style="red")
+        t.append(f"\n  {plain(mask_text(d.last_error)[:200])}", style="red")
     return t
 
 
@@ -98,8 +98,8 @@ def ls(kind: str | None, limit: int, full: bool, as_json: bool, store_url: str |
             severity = "resolved" if a.status == "resolved" else a.severity
             deliveries = Text("\n").join(delivery_text(d) for d in a.deliveries) if a.deliveries else Text(
                 "no sink configured", style="dim")
-            table.add_row(str(a.id), _when(a.created_at), Text(severity, style=SEVERITY_STYLE.get(severity, "green")),
-                          a.kind, a.job_name or "-", f"{a.count:,}", Text(a.title), deliveries)
+            table.add_row(str(a.id), _when(a.created_at), data(severity, style=SEVERITY_STYLE.get(severity, "green")),
+                          data(a.kind), data(a.job_name or "-"), f"{a.count:,}", data(a.title), deliveries)
         out.print(table)
         failed = sum(1 for a in found for d in a.deliveries if d.state == "failed")
         pending = sum(1 for a in found for d in a.deliveries if d.state == "pending")
@@ -139,8 +139,8 @@ def test(target: str, as_json: bool) -> None:
         out = console()
         for name, error in results.items():
             if error is None:
-                out.print(Text.assemble((f"{name}: ", ""), ("delivered", "green")))
+                out.print(Text.assemble((f"{plain(name)}: ", ""), ("delivered", "green")))
             else:
-                out.print(Text.assemble((f"{name}: ", ""), ("failed", "bold red"), (f"  {error}", "red")))
+                out.print(Text.assemble((f"{plain(name)}: ", ""), ("failed", "bold red"), (f"  {plain(error)}", "red")))
     if any(error is not None for error in results.values()):
         raise SystemExit(1)

@@ -12,14 +12,16 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from firesafe.alerts.render import iso
 from firesafe.app import App
 from firesafe.errors import MAX_DELAY
+from firesafe.masking import redact_url
+from firesafe.sanitize import for_terminal, safe_str
 from firesafe.store import open_store, resolve_url
 from firesafe.store.queries import latest_version
 
@@ -32,7 +34,7 @@ class CLIError(click.ClickException):
     exit_code = 1
 
     def show(self, file: Any = None) -> None:
-        click.echo(click.style(f"error: {self.format_message()}", fg="red"), err=True)
+        click.echo(click.style(f"error: {plain(self.format_message())}", fg="red"), err=True)
 
 
 def fail(message: str) -> CLIError:
@@ -40,6 +42,47 @@ def fail(message: str) -> CLIError:
 
 
 # -- output ------------------------------------------------------------------------------------
+# What a command prints that came from the store, the user's code or the outside (keys, names, errors,
+# tracebacks, results, arguments, event ids and bodies, actors, reasons) is data: it is printed through
+# `plain` (for click.echo) or `data` (for rich: a Text, since rich reads a str, even with markup=False,
+# for emoji codes such as `:100:` in `job:100:x`), so it can neither apply markup nor send a control
+# sequence to the terminal. --json output goes through `dumps`.
+def plain(value: object) -> str:
+    """Data as the CLI prints it with click.echo: any value as text (never raising), its control
+    characters (ESC, OSC, carriage return...), lone surrogates and bidirectional overrides as
+    visible escapes.
+
+    >>> plain("done\\x1b]0;owned\\x07\\r[bold]"), plain(None)
+    ('done\\\\x1b]0;owned\\\\x07\\\\r[bold]', 'None')
+    """
+    return for_terminal(value if type(value) is str else safe_str(value), markup=False)
+
+
+def data(value: object, style: str = "") -> Text:
+    """Data as rich prints it, in a cell or a line: :func:`plain` text in a ``Text``, which rich
+    shows as it is (no markup, no emoji codes)."""
+    return Text(plain(value), style=style)
+
+
+#: What JSON text may hold raw but a terminal or a log line must not get (lone surrogates cannot even
+#: be encoded): DEL and the C1 controls, lone surrogates, line and paragraph separators, bidi overrides.
+_JSON_RAW = re.compile("[\x7f-\x9f\ud800-\udfff\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def dumps(value: Any, indent: int | None = None) -> str:
+    """``value`` as JSON that any terminal or log line can hold and every JSON reader reads back as
+    ``value``: readable non-ASCII text, but control characters, lone surrogates and bidi overrides
+    as ``\\u`` escapes; a value JSON has no form for (a datetime, say) as its text.
+
+    >>> dumps({"msg": "caf\\udce9 \\x1b \\u202e é"})
+    '{"msg": "caf\\\\udce9 \\\\u001b \\\\u202e é"}'
+    """
+    text = json.dumps(value, indent=indent, default=safe_str, ensure_ascii=False)
+    if text.isascii() and "\x7f" not in text:  # the usual output: nothing to look for
+        return text
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def console(stderr: bool = False) -> Console:
     """A rich console; wide when writing to a pipe, so piped tables do not cut keys."""
     c = Console(stderr=stderr, highlight=False)
@@ -49,7 +92,7 @@ def console(stderr: bool = False) -> Console:
 
 
 def echo_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+    click.echo(dumps(value, indent=2))
 
 
 #: Seconds since the epoch as ISO 8601 in UTC, as every ``--json`` output writes times.
@@ -66,21 +109,14 @@ def a_or_an(word: str) -> str:
 
 
 def safe_url(url: str) -> str:
-    """A store URL with its password hidden, for messages.
+    """A store URL with its password hidden (in the user part or the query), for messages.
 
-    >>> safe_url("postgresql://app:s3cret@db.internal:5432/jobs")
-    'postgresql://app:****@db.internal:5432/jobs'
+    >>> safe_url("postgresql://app:s3cret@db.internal:5432/jobs?password=s4")
+    'postgresql://app:********@db.internal:5432/jobs?password=********'
     >>> safe_url("sqlite:///firesafe.db")
     'sqlite:///firesafe.db'
     """
-    try:
-        parts = urlsplit(url)
-        if not parts.password:
-            return url
-        host = parts.netloc.rsplit("@", 1)[1]
-        return urlunsplit(parts._replace(netloc=f"{parts.username}:****@{host}"))
-    except ValueError:
-        return url
+    return redact_url(url)
 
 
 # -- option types --------------------------------------------------------------------------------
@@ -212,6 +248,11 @@ class JSONValue(click.ParamType):
             decoded = json.loads(value)
         except json.JSONDecodeError as exc:
             self.fail(f"not valid JSON ({exc.msg} at character {exc.pos}): {value!r}", param, ctx)
+        except ValueError:  # an integer past Python's digit limit (4300 digits by default)
+            self.fail(f"holds an integer of more than {sys.get_int_max_str_digits()} digits, which cannot be read: "
+                      "pass a number that long as a string", param, ctx)
+        except RecursionError:
+            self.fail("nests too deeply to be read as JSON", param, ctx)
         if not isinstance(decoded, self.kind):
             want = "list, like '[\"o-1\", 100]'" if self.kind is list else "object, like '{\"amount\": 100}'"
             self.fail(f"must be a JSON {want}, not {a_or_an(_json_kind(decoded))}", param, ctx)
@@ -328,6 +369,8 @@ __all__ = [
     "check_port",
     "confirm_bulk",
     "console",
+    "data",
+    "dumps",
     "echo_json",
     "fail",
     "human_duration",
@@ -337,6 +380,7 @@ __all__ = [
     "open_app",
     "parse_duration",
     "parse_time",
+    "plain",
     "safe_url",
     "store_option",
 ]

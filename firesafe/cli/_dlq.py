@@ -14,6 +14,7 @@ from firesafe.cli._common import (
     PointInTime,
     confirm_bulk,
     console,
+    data,
     echo_json,
     human_duration,
     json_option,
@@ -102,7 +103,7 @@ def show(key: str, full_tracebacks: bool, as_json: bool, store_url: str | None) 
         return
     out = console()
     if job.state != State.DEAD:
-        out.print(f"note: {key} is not in the dead letters (state {job.state})", style="yellow", markup=False)
+        out.print(data(f"note: {key} is not in the dead letters (state {job.state})", style="yellow"))
     render_job(out, job, full_tracebacks=full_tracebacks)
 
 
@@ -120,8 +121,8 @@ def _review(action: str, keys: tuple[str, ...], filters: dict[str, Any], dry_run
         allowed = "dead or cancelled" if action == "replay" else "dead"
         why = ", ".join(f"{k} ({preview.reasons[k]})" for k in preview.skipped[:10])
         more = f" and {len(preview.skipped) - 10} more" if len(preview.skipped) > 10 else ""
-        console(stderr=True).print(f"skipping {len(preview.skipped)} job(s) that are not {allowed}: {why}{more}",
-                                   style="yellow", markup=False)
+        console(stderr=True).print(data(f"skipping {len(preview.skipped)} job(s) that are not {allowed}: {why}{more}",
+                                        style="yellow"))
     if dry_run:
         if as_json:
             echo_json({"action": action, "dry_run": True, "count": preview.count, "keys": preview.keys,
@@ -129,7 +130,7 @@ def _review(action: str, keys: tuple[str, ...], filters: dict[str, Any], dry_run
             return
         out.print(f"dry run: {preview.count} job(s) would be {done}; nothing changed")
         for key in preview.keys[:50]:
-            out.print(f"  {key}", markup=False)
+            out.print(data(f"  {key}"))
         if preview.count > 50:
             out.print(f"  ... and {preview.count - 50} more (--json lists them all)")
         return
@@ -159,8 +160,8 @@ def _review(action: str, keys: tuple[str, ...], filters: dict[str, Any], dry_run
     out.print(f"{done} {result.count} job(s)")
     if result.skipped:
         why = ", ".join(f"{k} (now {result.reasons[k]})" for k in result.skipped[:10])
-        out.print(f"{len(result.skipped)} job(s) skipped: they had changed state meanwhile: {why}", style="yellow",
-                  markup=False)
+        out.print(data(f"{len(result.skipped)} job(s) skipped: they had changed state meanwhile: {why}",
+                       style="yellow"))
 
 
 def _review_command(action: str, short_help: str, doc: str) -> click.Command:

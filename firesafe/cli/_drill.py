@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from firesafe.cli._common import Duration, console, echo_json, fail
+from firesafe.cli._common import Duration, console, data, echo_json, fail
 from firesafe.cli._loader import load_app
 from firesafe.drill.worker import FAULTS
 from firesafe.errors import FiresafeError
@@ -95,7 +95,7 @@ def drill(target: str, jobs: tuple[str, ...], args_file: Path | None, faults: tu
                                settle=settle, rate=rate, workers=workers, concurrency=concurrency, seed=seed,
                                keep=keep)
         err = console(stderr=True)
-        report = run_drill(app, options, progress=None if as_json else lambda t: err.print(f"[dim]drill: {t}[/]"))
+        report = run_drill(app, options, progress=None if as_json else lambda t: err.print(data(f"drill: {t}", "dim")))
     except FiresafeError as exc:
         raise fail(str(exc)) from None
     if as_json:
@@ -121,16 +121,16 @@ def _render(report: Any) -> None:
         dead = str(j.dead) + (f" ({', '.join(f'{k} {v}' for k, v in sorted(j.dead_reasons.items()))})"
                               if j.dead_reasons else "")
         verdict = Text(f"{len(j.violations)} broken", style="bold red") if j.violations else Text("kept", style="green")
-        table.add_row(j.name, str(j.runs), str(j.succeeded), dead, str(j.attempts), str(j.resumes),
+        table.add_row(data(j.name), str(j.runs), str(j.succeeded), data(dead), str(j.attempts), str(j.resumes),
                       str(j.steps_restored), str(j.steps_rerun), str(j.alerts), faults, verdict)
     out.print(table)
     for j in report.jobs:
         for v in j.violations[:10]:
-            out.print(Text(f"  broken ({j.name}): {v}", style="red"))
+            out.print(data(f"  broken ({j.name}): {v}", style="red"))
         if len(j.violations) > 10:
-            out.print(Text(f"  ... and {len(j.violations) - 10} more ({j.name})", style="red"))
+            out.print(data(f"  ... and {len(j.violations) - 10} more ({j.name})", style="red"))
         for w in dict.fromkeys(j.warnings[:5]):
-            out.print(Text(f"  warning ({j.name}): {w}", style="yellow"))
-    out.print(f"store faults injected: {report.store_faults}; "
-              f"scratch store: {report.kept or 'deleted'}; {report.worker_starts} worker process start(s); "
-              f"settled in {report.settle_seconds:.1f}s. Your store was not touched; no alert was sent.")
+            out.print(data(f"  warning ({j.name}): {w}", style="yellow"))
+    out.print(data(f"store faults injected: {report.store_faults}; "
+                   f"scratch store: {report.kept or 'deleted'}; {report.worker_starts} worker process start(s); "
+                   f"settled in {report.settle_seconds:.1f}s. Your store was not touched; no alert was sent."))

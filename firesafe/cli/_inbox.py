@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import click
@@ -12,6 +11,8 @@ from firesafe.cli._common import (
     Duration,
     check_port,
     console,
+    data,
+    dumps,
     echo_json,
     fail,
     iso_time,
@@ -40,8 +41,17 @@ from firesafe.masking import mask, mask_text
 @forwarded_allow_ips_option
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               default="info", show_default=True)
+@click.option("--header-timeout", type=Duration(), default="10s", show_default=True, metavar="SECONDS",
+              help="Close a connection whose request line and headers have not all arrived this long after "
+                   "it opened (or after the first byte of a later request); answered 408.")
+@click.option("--body-timeout", type=Duration(), default="30s", show_default=True, metavar="SECONDS",
+              help="Close a connection whose request body has not all arrived this long after its headers; "
+                   "answered 408.")
+@click.option("--max-connections", type=click.IntRange(1), default=1000, show_default=True,
+              help="Connections open at once; one more is answered 503 (Retry-After: 1) and closed at once.")
 def serve(target: str, host: str, port: int, token: str | None, no_dashboard: bool, public_url: str | None,
-          forwarded_allow_ips: str | None, log_level: str) -> None:
+          forwarded_allow_ips: str | None, log_level: str, header_timeout: float, body_timeout: float,
+          max_connections: int) -> None:
     """Receive webhooks for MODULE:APP at POST /events/{source}, beside the dashboard.
 
     Each source is configured in the app with app.event_source(NAME, ...) (how to read the event id
@@ -49,7 +59,8 @@ def serve(target: str, host: str, port: int, token: str | None, no_dashboard: bo
     stored; the handler runs later in the workers. Unverified or malformed requests get a 4xx and
     store nothing; a store fault gets 503 so the sender delivers again. The same server answers the
     dashboard's pages (firesafe dashboard), unless --no-dashboard; behind a TLS reverse proxy, give
-    --public-url (and --forwarded-allow-ips), as for firesafe dashboard.
+    --public-url (and --forwarded-allow-ips), as for firesafe dashboard. Slow clients are cut off
+    (--header-timeout, --body-timeout) and open connections are bounded (--max-connections).
 
     \b
     Examples:
@@ -62,9 +73,13 @@ def serve(target: str, host: str, port: int, token: str | None, no_dashboard: bo
     import uvicorn
 
     from firesafe.dashboard.security import check_public, parse_forwarded_allow_ips
-    from firesafe.dashboard.server import uvicorn_config
     from firesafe.inbox.http import create_app, create_server_app
+    from firesafe.inbox.serving import Limits, server_config
 
+    for flag, seconds in (("--header-timeout", header_timeout), ("--body-timeout", body_timeout)):
+        if not 0 < seconds <= 3600:
+            raise click.BadParameter(f"{seconds:g}s: give more than 0 and at most 3600 seconds", param_hint=flag)
+    limits = Limits(header_timeout, body_timeout, max_connections)
     tok = origin = None
     if no_dashboard and public_url:
         raise fail("--public-url is the dashboard's address: it has no use with --no-dashboard")
@@ -84,7 +99,7 @@ def serve(target: str, host: str, port: int, token: str | None, no_dashboard: bo
     click.echo(f"firesafe serve for {target} on http://{host}:{port}/ (events at /events/"
                f"{{{','.join(app.inbox.sources)}}}{behind(origin, proxies)}); store {safe_url(app.store_url)}",
                err=True)
-    uvicorn.Server(uvicorn_config(asgi, host, port, log_level.lower(), True, proxies)).run()
+    uvicorn.Server(server_config(asgi, host, port, log_level.lower(), True, proxies, limits)).run()
 
 
 def _amqp_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -196,12 +211,12 @@ def events_ls(source: str | None, unhandled: bool, rejected: bool, limit: int, a
                        for r in rows])
             return
         if not rows:
-            out.print(f"no rejected messages{where}", style="dim", markup=False)
+            out.print(data(f"no rejected messages{where}", style="dim"))
             return
         table = Table("id", "source", "received", "reason", "body")
         for r in rows:
-            table.add_row(str(r["id"]), r["source"], when(to_datetime(r["received_at"]), ms=False), r["reason"],
-                          mask_text((r["body"] or "")[:80]))
+            table.add_row(str(r["id"]), data(r["source"]), when(to_datetime(r["received_at"]), ms=False),
+                          data(r["reason"]), data(mask_text((r["body"] or "")[:80])))
         out.print(table)
         return
     rows = app.inbox.list(source, unhandled, limit)
@@ -209,12 +224,13 @@ def events_ls(source: str | None, unhandled: bool, rejected: bool, limit: int, a
         echo_json([{**r, "data": mask(r["data"]), "received_at": iso_time(r["received_at"])} for r in rows])
         return
     if not rows:
-        out.print(f"no {'unhandled ' if unhandled else ''}events{where} match", style="dim", markup=False)
+        out.print(data(f"no {'unhandled ' if unhandled else ''}events{where} match", style="dim"))
         return
     table = Table("source", "event id", "type", "received", "handled", "data")
     for r in rows:
-        table.add_row(r["source"], r["event_id"], r["type"], when(to_datetime(r["received_at"]), ms=False),
-                      "yes" if r["handled"] else "no", json.dumps(mask(r["data"]))[:80])
+        table.add_row(data(r["source"]), data(r["event_id"]), data(r["type"]),
+                      when(to_datetime(r["received_at"]), ms=False), "yes" if r["handled"] else "no",
+                      data(dumps(mask(r["data"]))[:80]))
     out.print(table)
 
 
@@ -234,8 +250,7 @@ def events_replay(target: str, source: str | None) -> None:
         return
     warn = console(stderr=True)
     if source and not app.store.inbox_event_list(source, False, 1, 0):
-        warn.print(f"warning: no event of source {source!r} is stored (is the name right?)", style="yellow",
-                   markup=False)
+        warn.print(data(f"warning: no event of source {source!r} is stored (is the name right?)", style="yellow"))
     elif app.store.inbox_event_list(source, True, 1, 0):
-        warn.print(f"note: unhandled events{f' of source {source!r}' if source else ''} remain: {target} has no "
-                   "handler for their type (app.on_event(SOURCE, TYPE))", style="yellow", markup=False)
+        warn.print(data(f"note: unhandled events{f' of source {source!r}' if source else ''} remain: {target} has "
+                        "no handler for their type (app.on_event(SOURCE, TYPE))", style="yellow"))

@@ -12,7 +12,18 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from firesafe.cli._common import Duration, console, echo_json, fail, human_duration, json_option, open_app, store_option
+from firesafe.cli._common import (
+    Duration,
+    console,
+    data,
+    echo_json,
+    fail,
+    human_duration,
+    json_option,
+    open_app,
+    plain,
+    store_option,
+)
 from firesafe.errors import MAX_DELAY
 from firesafe.limits.store import LimiterStatus
 
@@ -61,15 +72,15 @@ def _table(rows: list[LimiterStatus]) -> Table:
         flight = f"{r.in_flight}/{r.concurrency}" if r.concurrency else str(r.in_flight)
         paused = Text(_when(r.paused_until), style="yellow" if r.paused_until else "dim")
         if r.paused_until and r.pause_reason:
-            paused.append(f" ({r.pause_reason})")
-        breaker = Text(r.breaker.replace("_", "-"), style=BREAKER_STYLE.get(r.breaker, ""))
+            paused.append(f" ({plain(r.pause_reason)})")
+        breaker = data(r.breaker.replace("_", "-"), style=BREAKER_STYLE.get(r.breaker, ""))
         if r.breaker != "closed" and r.retry_at:
             breaker.append(f" (probe from {_when(r.retry_at)})")
         if r.failures:
             breaker.append(f", {r.failures} failure(s) in a row")
         if not r.breaker_after:
             breaker = Text("off", style="dim")
-        table.add_row(r.name, rate, tokens, flight, str(r.waiting), paused, breaker)
+        table.add_row(data(r.name), rate, tokens, flight, str(r.waiting), paused, breaker)
     return table
 
 
@@ -134,7 +145,7 @@ def pause_cmd(name: str, seconds: float | None, until: str | None, reason: str |
     left = (status.paused_until.timestamp() - now) if status.paused_until else 0.0
     asked = until_ts if until_ts is not None else now + (seconds or 0.0)
     kept = " (a longer pause was already set: it stays, a pause only grows)" if left > asked - now + 1 else ""
-    click.echo(f"limiter {name} paused until {_when(status.paused_until)}"
+    click.echo(f"limiter {plain(name)} paused until {_when(status.paused_until)}"
                + (f" ({human_duration(round(left))} from now)" if left >= 1 else "") + kept)
 
 
@@ -151,7 +162,7 @@ def resume_cmd(name: str, as_json: bool, store_url: str | None) -> None:
     if as_json:
         echo_json({**status.as_dict(), "released": released})
         return
-    click.echo(f"limiter {name} resumed; {released} waiting job(s) released at its pace")
+    click.echo(f"limiter {plain(name)} resumed; {released} waiting job(s) released at its pace")
 
 
 @limiters.command("events")
@@ -176,5 +187,5 @@ def events_cmd(name: str | None, limit: int, as_json: bool, store_url: str | Non
         table.add_column(col, overflow="fold")
     for e in found:
         detail = ", ".join(f"{k}={v}" for k, v in sorted(e.detail.items()))
-        table.add_row(_when(e.at), e.limiter, e.kind, e.actor or "-", detail)
+        table.add_row(_when(e.at), data(e.limiter), data(e.kind), data(e.actor or "-"), data(detail))
     out.print(table)

@@ -14,6 +14,7 @@ from firesafe.app import App
 from firesafe.cli._common import a_or_an, fail
 from firesafe.errors import FiresafeError
 from firesafe.masking import mask_text
+from firesafe.sanitize import safe_str
 
 
 def _where(exc: BaseException) -> str:
@@ -38,13 +39,13 @@ def load_app(target: str) -> App:
         if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise fail(f"cannot import {module_name!r}: no module named {exc.name!r} in the current "
                        "directory or on PYTHONPATH") from None
-        raise fail(f"importing {module_name!r} failed: {mask_text(str(exc))}{_where(exc)}") from None
+        raise fail(f"importing {module_name!r} failed: {mask_text(safe_str(exc))}{_where(exc)}") from None
     except FiresafeError as exc:
         raise fail(f"importing {module_name!r} failed: {exc}{_where(exc)}") from None
     except SyntaxError as exc:
         raise fail(f"importing {module_name!r} failed: SyntaxError: {exc}") from None
     except Exception as exc:
-        raise fail(f"importing {module_name!r} failed: {type(exc).__name__}: {mask_text(str(exc))}"
+        raise fail(f"importing {module_name!r} failed: {type(exc).__name__}: {mask_text(safe_str(exc))}"
                    f"{_where(exc)}") from None
     obj: object = module
     for part in attr.split("."):

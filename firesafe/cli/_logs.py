@@ -1,33 +1,87 @@
-"""Worker logs, as text or as one JSON object per line, with secrets masked."""
+"""Worker logs, as text or as one JSON object per line, with secrets masked.
+
+Log records carry data (job keys, error messages, results), and neither format lets data break the
+stream. A text record is one line: its message goes through :func:`~firesafe.sanitize.for_log`, so
+a newline or a control character in an error shows as ``\\n`` or ``\\x1b`` and cannot start a
+forged record. A traceback (``log.exception``) is several lines by nature: they follow their record,
+each escaped the same way and starting with ``"  | "``, so every line that starts with a timestamp is
+a record. A JSON record is one object per line. Neither formatter raises: a message whose arguments
+cannot be formatted (an ``__str__`` that raises, ``%d`` given a string) is written with what can be
+read of it.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from firesafe.cli._common import dumps
 from firesafe.masking import MASK, is_secret_name, mask, mask_text
+from firesafe.sanitize import for_log, safe_str
 
 _STANDARD = set(logging.LogRecord("x", logging.INFO, "x", 0, "x", None, None).__dict__) | {
     "message", "asctime", "taskName",
 }
+#: What starts each line of a traceback under its record in the text format.
+TRACEBACK_PREFIX = "  | "
 
 
 def _iso(created: float) -> str:
     return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
 
 
+def _fit(value: object) -> object:
+    """A ``%`` argument that cannot raise: numbers as they are (for ``%d``), anything else as text."""
+    return value if type(value) in (int, float, bool) else safe_str(value)
+
+
+def message_of(record: logging.LogRecord) -> str:
+    """The record's message, never raising: ``record.getMessage()``, else its format string filled
+    with its arguments as text, else the format string followed by them.
+
+    >>> class Bad:
+    ...     def __str__(self):
+    ...         raise RuntimeError("no")
+    ...     def __repr__(self):
+    ...         return "Bad()"
+    >>> message_of(logging.LogRecord("x", logging.INFO, "x", 0, "got %s", (Bad(),), None))
+    'got Bad()'
+    >>> message_of(logging.LogRecord("x", logging.INFO, "x", 0, "n=%d", ("many",), None))
+    'n=%d (log arguments that do not fit it: many)'
+    """
+    try:
+        return record.getMessage()
+    except Exception:
+        pass
+    msg, args = safe_str(record.msg), record.args
+    values = list(args.values()) if isinstance(args, Mapping) else list(args or ())
+    try:
+        if isinstance(args, Mapping):
+            return msg % {k: _fit(v) for k, v in args.items()}
+        return msg % tuple(_fit(v) for v in values)
+    except Exception:
+        return f"{msg} (log arguments that do not fit it: {', '.join(safe_str(v) for v in values)})"
+
+
 class TextFormatter(logging.Formatter):
-    """``2024-05-01T12:00:00.123+00:00 INFO [pid] firesafe.worker: message``."""
+    """``2024-05-01T12:00:00.123+00:00 INFO    [pid] firesafe.worker: message``: one line per record
+    whatever its message holds, then its traceback, if any, on lines starting with ``"  | "``."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = f"{_iso(record.created)} {record.levelname:<7} [{record.process}] {record.name}: "
-        line += mask_text(record.getMessage())
-        if record.exc_info:
-            line += "\n" + mask_text(self.formatException(record.exc_info))
-        return line
+        head = f"{_iso(record.created)} {record.levelname:<7} [{record.process}] {for_log(record.name)}: "
+        try:
+            line = head + for_log(mask_text(message_of(record)))
+            blocks = [self.formatException(record.exc_info)] if record.exc_info else []
+            if record.stack_info:
+                blocks.append(self.formatStack(record.stack_info))
+            for block in blocks:
+                line += "".join(f"\n{TRACEBACK_PREFIX}{for_log(part)}" for part in mask_text(block).split("\n"))
+            return line
+        except Exception as exc:  # the record still leaves, as one line, whatever failed
+            return head + for_log(f"<log record not formatted: {type(exc).__name__}: {safe_str(exc)}>")
 
 
 class JSONFormatter(logging.Formatter):
@@ -38,16 +92,21 @@ class JSONFormatter(logging.Formatter):
             "timestamp": _iso(record.created),
             "level": record.levelname,
             "logger": record.name,
-            "message": mask_text(record.getMessage()),
+            "message": "",
             "pid": record.process,
         }
-        for key, value in record.__dict__.items():
-            if key in _STANDARD or key.startswith("_") or key in out:
-                continue
-            out[key] = MASK if is_secret_name(key) else mask(value)
-        if record.exc_info:
-            out["exc_info"] = mask_text(self.formatException(record.exc_info))
-        return json.dumps(out, default=str, ensure_ascii=False)
+        try:
+            out["message"] = mask_text(message_of(record))
+            for key, value in record.__dict__.items():
+                if key in _STANDARD or key.startswith("_") or key in out:
+                    continue
+                out[key] = MASK if is_secret_name(key) else mask(value)
+            if record.exc_info:
+                out["exc_info"] = mask_text(self.formatException(record.exc_info))
+            return dumps(out)
+        except Exception as exc:  # the record still leaves, as one object, whatever failed
+            return dumps({k: out[k] for k in ("timestamp", "level", "logger", "pid")}
+                         | {"message": f"<log record not formatted: {type(exc).__name__}: {safe_str(exc)}>"})
 
 
 class _Handler(logging.StreamHandler):  # type: ignore[type-arg]

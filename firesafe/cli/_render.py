@@ -1,4 +1,6 @@
-"""Human views of jobs: the timeline of one job, tables of many, counts. Secrets are always masked."""
+"""Human views of jobs: the timeline of one job, tables of many, counts. Secrets are always masked,
+and every value that came from the store is shown through ``data``/``plain`` (never read as markup,
+no control sequence reaches the terminal)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from firesafe.cli._common import data, plain
 from firesafe.masking import mask, mask_text
 from firesafe.models import Attempt, Job
+from firesafe.sanitize import safe_str
 from firesafe.states import State
 
 STATE_STYLE = {
@@ -64,11 +68,12 @@ def when(value: datetime | None, ms: bool = True) -> str:
 
 
 def state_text(state: State | str) -> Text:
-    return Text(str(state), style=STATE_STYLE.get(str(state), ""))
+    return data(state, style=STATE_STYLE.get(str(state), ""))
 
 
 def to_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    """A value on one line, for a cell (then shown through ``data``)."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=safe_str)
 
 
 def duration_of(a: Attempt) -> str:
@@ -85,7 +90,7 @@ def duration_of(a: Attempt) -> str:
 def error_of(error_type: str | None, message: str | None, width: int | None = None) -> Text:
     if not error_type:
         return Text("")
-    text = f"{error_type}: {mask_text(message or '')}".rstrip(": ")
+    text = plain(f"{error_type}: {mask_text(message or '')}".rstrip(": "))
     if width and len(text) > width:
         text = text[: width - 1] + "…"
     return Text(text, style="red")
@@ -102,7 +107,7 @@ def bounded(tb: str, full: bool) -> tuple[str, int]:
 def steps_of(a: Any) -> str:
     """Which steps an attempt ran, restored or failed: ``charge restored, email ran``."""
     steps = a.detail.get("steps", []) if isinstance(a.detail, dict) else []
-    return ", ".join(f"{s.get('name')} {s.get('status')}" for s in steps)
+    return ", ".join(f"{s.get('name')} {s.get('status')}" for s in steps if isinstance(s, dict))
 
 
 def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None:
@@ -110,30 +115,30 @@ def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold", no_wrap=True)
     head.add_column(overflow="fold")
-    head.add_row("key", Text(job.key))
-    head.add_row("job", Text(f"{job.name}  (queue {job.queue})"))
+    head.add_row("key", data(job.key))
+    head.add_row("job", data(f"{job.name}  (queue {job.queue})"))
     state = state_text(job.state)
     if job.reason:
-        state.append(f"  reason: {job.reason}", style="")
+        state.append(f"  reason: {plain(job.reason)}", style="")
     if job.cancel_requested and job.state == State.RUNNING:
         state.append("  (cancel requested)", style="magenta")
     head.add_row("state", state)
     head.add_row("attempts", Text(f"{job.attempt}/{job.max_attempts} used  (runs {job.runs}, "
                                   f"deferrals {job.deferrals}, lost {job.lost})"))
-    head.add_row("arguments", Text(to_json(job.masked_arguments())))
+    head.add_row("arguments", data(to_json(job.masked_arguments())))
     if job.state == State.SUCCEEDED:
-        head.add_row("result", Text(to_json(mask(job.result))))
+        head.add_row("result", data(to_json(mask(job.result))))
     if job.error_type:
         head.add_row("last error", error_of(job.error_type, job.error_message))
     head.add_row("created", Text(when(job.created_at)))
     if job.state in (State.QUEUED, State.SCHEDULED):
         head.add_row("runs at", Text(when(job.run_at)))
     if job.state == State.RUNNING and job.worker:
-        head.add_row("worker", Text(job.worker))
+        head.add_row("worker", data(job.worker))
     head.add_row("updated", Text(when(job.updated_at)))
     if job.finished_at:
         head.add_row("finished", Text(when(job.finished_at)))
-    out.print(Panel(head, title=Text(f"job {job.key}"), title_align="left", expand=False))
+    out.print(Panel(head, title=data(f"job {job.key}"), title_align="left", expand=False))
 
     if job.trace:
         table = Table(title="attempts", title_justify="left", show_lines=False)
@@ -144,11 +149,11 @@ def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None
         if with_steps:
             table.add_column("steps", overflow="fold")
         for a in job.trace:
-            row = [str(a.seq), str(a.attempt), Text(a.worker or "-"), when(a.started_at), when(a.ended_at),
-                   duration_of(a), Text(a.outcome or "running", style=OUTCOME_STYLE.get(a.outcome, "")),
+            row = [str(a.seq), str(a.attempt), data(a.worker or "-"), when(a.started_at), when(a.ended_at),
+                   duration_of(a), data(a.outcome or "running", style=OUTCOME_STYLE.get(a.outcome, "")),
                    error_of(a.error_type, a.message)]
             if with_steps:
-                row.append(Text(steps_of(a)))
+                row.append(data(steps_of(a)))
             table.add_row(*row)
         out.print(table)
         shown: dict[str, int] = {}
@@ -160,7 +165,7 @@ def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None
                 continue
             shown[a.traceback] = a.seq
             text, cut = bounded(mask_text(a.traceback), full_tracebacks)
-            body = Text(text)
+            body = data(text)
             if cut:
                 body = Text.assemble((f"... {cut} earlier line(s); --traceback shows them\n", "dim"), body)
             out.print(Panel(body, title=Text(f"traceback of run #{a.seq} (attempt {a.attempt})"),
@@ -173,7 +178,8 @@ def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None
         for name in ("at", "event", "by", "detail"):
             events.add_column(name, overflow="fold")
         for e in job.events:
-            events.add_row(when(e.at), e.kind, Text(e.actor or "-"), Text(to_json(mask(e.detail)) if e.detail else ""))
+            events.add_row(when(e.at), data(e.kind), data(e.actor or "-"),
+                           data(to_json(mask(e.detail)) if e.detail else ""))
         out.print(events)
 
 
@@ -187,7 +193,7 @@ def jobs_table(jobs: Sequence[Job], title: str | None = None) -> Table:
     table.add_column("updated")
     table.add_column("last error", overflow="fold")
     for j in jobs:
-        table.add_row(Text(j.key), Text(j.name), Text(j.queue), state_text(j.state), f"{j.attempt}/{j.max_attempts}",
+        table.add_row(data(j.key), data(j.name), data(j.queue), state_text(j.state), f"{j.attempt}/{j.max_attempts}",
                       when(j.updated_at, ms=False), error_of(j.error_type, j.error_message, width=80))
     return table
 
@@ -202,7 +208,7 @@ def dead_table(jobs: Sequence[Job], title: str | None = None) -> Table:
     table.add_column("died")
     table.add_column("error", overflow="fold")
     for j in jobs:
-        table.add_row(Text(j.key), Text(j.name), Text(j.queue), Text(j.reason or "-"), f"{j.attempt}/{j.max_attempts}",
+        table.add_row(data(j.key), data(j.name), data(j.queue), data(j.reason or "-"), f"{j.attempt}/{j.max_attempts}",
                       when(j.finished_at or j.updated_at, ms=False), error_of(j.error_type, j.error_message, width=80))
     return table
 
@@ -217,15 +223,15 @@ def stats_data(rows: Iterable[tuple[str, str, int]]) -> dict[str, Any]:
     return {"queues": queues, "totals": totals, "total": sum(totals.values())}
 
 
-def stats_table(data: dict[str, Any]) -> Group | Text:
-    if not data["queues"]:
+def stats_table(stats: dict[str, Any]) -> Group | Text:
+    if not stats["queues"]:
         return Text("no jobs in the store", style="dim")
     table = Table(show_footer=True)
     table.add_column("queue", footer="total")
     for s in State:
         table.add_column(Text(str(s), style=STATE_STYLE[str(s)]), justify="right",
-                         footer=str(data["totals"][str(s)]))
-    table.add_column("total", justify="right", footer=str(data["total"]))
-    for queue, counts in sorted(data["queues"].items()):
-        table.add_row(Text(queue), *(str(counts[str(s)]) for s in State), str(sum(counts.values())))
+                         footer=str(stats["totals"][str(s)]))
+    table.add_column("total", justify="right", footer=str(stats["total"]))
+    for queue, counts in sorted(stats["queues"].items()):
+        table.add_row(data(queue), *(str(counts[str(s)]) for s in State), str(sum(counts.values())))
     return Group(table)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from firesafe.cli._common import echo_json, json_option, open_app, store_option
+from firesafe.cli._common import echo_json, json_option, open_app, plain, store_option
 
 
 @click.command(short_help="Run a finished job again: resume, --from-step NAME or --from-scratch.")
@@ -36,4 +36,4 @@ def rerun(key: str, from_step: str | None, from_scratch: bool, as_json: bool, st
         echo_json({"key": job.key, "state": str(job.state), "steps_kept": [s["name"] for s in steps]})
         return
     kept = ", ".join(s["name"] for s in steps) or "none"
-    click.echo(f"{key}: queued again; steps kept (restored, not re-run): {kept}")
+    click.echo(plain(f"{key}: queued again; steps kept (restored, not re-run): {kept}"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from firesafe.cli._common import console, echo_json, json_option, open_app, safe_url, store_option
+from firesafe.cli._common import console, echo_json, json_option, open_app, plain, safe_url, store_option
 from firesafe.cli._render import jobs_table, masked_job_dict, render_job, stats_data, stats_table
 from firesafe.states import State
 from firesafe.store import open_store, resolve_url
@@ -18,9 +18,17 @@ STATES = [str(s) for s in State]
 
 @click.command(short_help="Create or upgrade the store's schema.")
 @store_option
+@click.option("--allow-other-tables", is_flag=True,
+              help="SQLite: add firesafe's tables to a file that already holds other tables (another "
+                   "application's). Without it such a file is refused and left as it is. Needed once: "
+                   "the file is a firesafe store from then on.")
 @json_option
-def migrate(store_url: str | None, as_json: bool) -> None:
+def migrate(store_url: str | None, allow_other_tables: bool, as_json: bool) -> None:
     """Create the store or bring its schema up to date (safe to run again and again).
+
+    A store that a newer firesafe migrated is refused (upgrade firesafe, or use the version that
+    migrated it), and so is a SQLite file that holds another application's tables, unless
+    --allow-other-tables says to share it.
 
     \b
     Examples:
@@ -32,7 +40,7 @@ def migrate(store_url: str | None, as_json: bool) -> None:
     schema = getattr(store, "schema", None)  # PostgreSQL: the schema, named even when the URL leaves it out
     try:
         before = store.schema_version()
-        applied = store.migrate()
+        applied = store.migrate(allow_other_tables=allow_other_tables)
         version = store.schema_version()
     finally:
         store.close()
@@ -143,9 +151,9 @@ def cancel(key: str, as_json: bool, store_url: str | None) -> None:
         echo_json({"key": key, "outcome": outcome, "state": str(job.state)})
         return
     if outcome == "cancelled":
-        click.echo(f"cancelled {key}")
+        click.echo(f"cancelled {plain(key)}")
     elif outcome == "requested":
-        click.echo(f"{key} is running: asked it to stop; the cancel is recorded when its attempt ends")
+        click.echo(f"{plain(key)} is running: asked it to stop; the cancel is recorded when its attempt ends")
     else:
         hint = " (to take it out of the dead letters: firesafe dlq discard KEY)" if job.state == State.DEAD else ""
-        click.echo(f"{key} had already finished (state {job.state}); nothing to cancel{hint}")
+        click.echo(f"{plain(key)} had already finished (state {job.state}); nothing to cancel{hint}")

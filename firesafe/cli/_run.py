@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from firesafe.app import RESERVED
-from firesafe.cli._common import Duration, JSONValue, echo_json, fail, json_option, not_empty, safe_url
+from firesafe.cli._common import Duration, JSONValue, echo_json, fail, json_option, not_empty, plain, safe_url
 from firesafe.cli._loader import load_app
 from firesafe.cli._render import masked_job_dict, to_json
 from firesafe.errors import IdempotencyConflict
@@ -224,8 +224,8 @@ def enqueue(target: str, job_name: str, args_: list[Any], kwargs_: dict[str, Any
         echo_json({"created": job.created, **masked_job_dict(job, with_trace=False)})
         return
     if job.created:
-        click.echo(f"enqueued {job.key}  (job {job.name}, queue {job.queue}, state {job.state})")
+        click.echo(plain(f"enqueued {job.key}  (job {job.name}, queue {job.queue}, state {job.state})"))
     else:
-        click.echo(f"{job.key} already exists (state {job.state}); nothing new was enqueued")
+        click.echo(plain(f"{job.key} already exists (state {job.state}); nothing new was enqueued"))
         if job.result is not None:
-            click.echo(f"result: {to_json(mask(job.result))}")
+            click.echo(f"result: {plain(to_json(mask(job.result)))}")

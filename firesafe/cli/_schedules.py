@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from firesafe.app import App
-from firesafe.cli._common import confirm_bulk, console, echo_json, json_option
+from firesafe.cli._common import confirm_bulk, console, data, echo_json, json_option, plain
 from firesafe.cli._loader import load_app
 from firesafe.cli._render import state_text
 from firesafe.schedules.backfill import RERUN_POLICIES, BackfillResult
@@ -74,12 +74,12 @@ def _status_table(rows: list[ScheduleStatus]) -> Table:
         if r.last_state:
             last.append(" ")
             last.append_text(state_text(r.last_state))
-        name = Text(r.name)
+        name = data(r.name)
         if r.paused:
             name.append(" (paused)", style="yellow")
         nxt = "-" if r.paused else (f"{_local(r.next_window.start)}, due {_local(r.next_window.end)}"
                                     if r.next_window else "-")
-        table.add_row(name, r.expression, r.tz, r.catchup, last, nxt, str(r.counts["succeeded"]),
+        table.add_row(name, data(r.expression), data(r.tz), data(r.catchup), last, nxt, str(r.counts["succeeded"]),
                       Text(str(r.counts["failed"]), style="red" if r.counts["failed"] else ""),
                       Text(str(r.counts["missed"]), style="yellow" if r.counts["missed"] else ""))
     return table
@@ -105,7 +105,7 @@ def ls(target: str, as_json: bool) -> None:
         return
     out = console()
     if not rows:
-        out.print(f"{target} declares no schedules", style="dim")
+        out.print(data(f"{target} declares no schedules", style="dim"))
         return
     out.print(_status_table(rows))
 
@@ -135,16 +135,16 @@ def missed_cmd(target: str, name: str, limit: int, open_only: bool, as_json: boo
         return
     out = console()
     if not found:
-        out.print(f"no missed windows of {name}", style="dim")
+        out.print(data(f"no missed windows of {name}", style="dim"))
         return
-    table = Table(title=f"missed windows of {name}", title_justify="left", header_style="bold")
+    table = Table(title=data(f"missed windows of {name}"), title_justify="left", header_style="bold")
     for col in ("window", "reason", "backfilled"):
         table.add_column(col)
     for m in found:
-        table.add_row(f"{_local(at(m.start, zone))} → {_local(at(m.end, zone))}", m.reason,
+        table.add_row(f"{_local(at(m.start, zone))} → {_local(at(m.end, zone))}", data(m.reason),
                       _local(at(m.backfilled_at, zone)) if m.backfilled_at else "-")
     out.print(table)
-    out.print(f"`firesafe backfill {target} {name} --from ... --to ...` runs them", style="dim", markup=False)
+    out.print(data(f"`firesafe backfill {target} {name} --from ... --to ...` runs them", style="dim"))
 
 
 def _pause_command(paused: bool) -> click.Command:
@@ -166,12 +166,12 @@ def _pause_command(paused: bool) -> click.Command:
                        "next_due": due.isoformat() if due else None})
             return
         if paused:
-            click.echo(f"{name} was already paused" if already else
-                       f"paused {name}: its windows are not run until it is resumed")
+            click.echo(plain(f"{name} was already paused" if already else
+                             f"paused {name}: its windows are not run until it is resumed"))
         else:
             when = f"; next window due {_local(due)}" if due else ""
-            click.echo(f"{name} was not paused{when}" if already else
-                       f"resumed {name}{when} (windows that ended while paused are not run: backfill them)")
+            click.echo(plain(f"{name} was not paused{when}" if already else
+                             f"resumed {name}{when} (windows that ended while paused are not run: backfill them)"))
 
     command.__doc__ = (f"{verb.capitalize()} a schedule.\n\n    Windows that end while a schedule is paused are "
                        "not run; resuming starts again from now. A schedule already paused (or not paused, "
@@ -233,14 +233,14 @@ def backfill(target: str, name: str, start: str, end: str, dry_run: bool, rerun:
         if as_json:
             echo_json(preview.as_dict() | {"dry_run": False})
         else:
-            console().print(f"nothing to backfill: {_skips(preview)}", markup=False)
+            console().print(data(f"nothing to backfill: {_skips(preview)}"))
         return
     if not yes:
         confirm_bulk(f"backfill {name}: enqueue or re-run", todo, "window(s)")
     err = console(stderr=True)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=err, transient=not err.is_terminal) as bar:
-        task = bar.add_task(f"backfill {name}", total=preview.windows)
+    with Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=not err.is_terminal) as bar:
+        task = bar.add_task(plain(f"backfill {name}"), total=preview.windows)
         watch = _WaitNotice(app, name, max_active, bar.console)
 
         def advance(done: int, total: int) -> None:
@@ -296,8 +296,8 @@ class _WaitNotice:
             active = sum(counts.get(s, 0) for s in ("queued", "scheduled", "running"))
             if self.max_active is not None and active >= self.max_active:
                 self.last_notice = now
-                self.out.print(f"waiting: {active} window(s) of {self.name} waiting or running >= --max-active "
-                               f"{self.max_active} (is a worker running?)", style="yellow", markup=False)
+                self.out.print(data(f"waiting: {active} window(s) of {self.name} waiting or running >= --max-active "
+                                    f"{self.max_active} (is a worker running?)", style="yellow"))
 
 
 def _skips(r: BackfillResult) -> str:
@@ -322,18 +322,16 @@ def _report(r: BackfillResult, as_json: bool) -> None:
     out = console()
     span = f"{r.start.isoformat()} to {r.end.isoformat()}"
     if r.dry_run:
-        out.print(f"dry run: backfill {r.schedule} from {span}: {r.enqueued} window(s) would be enqueued, "
-                  f"{r.rerun_count} re-run; nothing changed", markup=False)
-        out.print(_skips(r), style="dim", markup=False)
+        out.print(data(f"dry run: backfill {r.schedule} from {span}: {r.enqueued} window(s) would be enqueued, "
+                       f"{r.rerun_count} re-run; nothing changed"))
+        out.print(data(_skips(r), style="dim"))
         for key in r.keys[:50]:
-            out.print(f"  {key}", markup=False)
+            out.print(data(f"  {key}"))
         if len(r.keys) > 50:
             out.print(f"  ... and {len(r.keys) - 50} more (--json lists them all)")
         return
-    out.print(f"backfill {r.schedule} from {span}: enqueued {r.enqueued} window(s), re-ran {r.rerun_count}",
-              markup=False)
-    out.print(_skips(r), style="dim", markup=False)
+    out.print(data(f"backfill {r.schedule} from {span}: enqueued {r.enqueued} window(s), re-ran {r.rerun_count}"))
+    out.print(data(_skips(r), style="dim"))
     if r.conflict_keys:
         rest = f" and {r.conflicts - 10} more" if r.conflicts > 10 else ""
-        out.print(f"kept as stored, with other bounds: {', '.join(r.conflict_keys[:10])}{rest}", style="yellow",
-                  markup=False)
+        out.print(data(f"kept as stored, with other bounds: {', '.join(r.conflict_keys[:10])}{rest}", style="yellow"))

@@ -15,7 +15,7 @@ import click
 
 from firesafe import __version__
 from firesafe.cli._alerts import alerts
-from firesafe.cli._common import CLIError
+from firesafe.cli._common import CLIError, plain
 from firesafe.cli._dashboard import dashboard
 from firesafe.cli._dlq import dlq
 from firesafe.cli._drill import drill
@@ -26,7 +26,9 @@ from firesafe.cli._review import cancel, jobs_cmd, migrate, show, stats
 from firesafe.cli._run import enqueue, worker
 from firesafe.cli._schedules import backfill, schedules
 from firesafe.errors import FiresafeError
+from firesafe.masking import check as check_masking
 from firesafe.masking import mask_text
+from firesafe.sanitize import safe_str
 
 
 class _Group(click.Group):
@@ -34,9 +36,10 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
+            check_masking()  # a bad $FIRESAFE_MASK_* stops every command before it prints anything
             return super().invoke(ctx)
         except FiresafeError as exc:
-            raise CLIError(mask_text(str(exc))) from None
+            raise CLIError(mask_text(safe_str(exc))) from None
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -74,6 +77,6 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         if os.environ.get("FIRESAFE_DEBUG") == "1":
             raise
-        message = f"internal error: {type(exc).__name__}: {mask_text(str(exc))} (FIRESAFE_DEBUG=1 shows the traceback)"
-        click.echo(click.style(message, fg="red"), err=True)
+        message = f"internal error: {type(exc).__name__}: {mask_text(safe_str(exc))}"
+        click.echo(click.style(f"{plain(message)} (FIRESAFE_DEBUG=1 shows the traceback)", fg="red"), err=True)
         sys.exit(1)

@@ -37,9 +37,9 @@ class StoreCollector:
 
     def collect(self) -> Iterator[Metric]:
         started = time.perf_counter()
-        store = self.app.store
         up = GaugeMetricFamily("firesafe_store_up", "1 if the store answered this scrape, else 0")
         try:
+            store = self.app.store  # opening it may fail too: a store a newer firesafe migrated, say
             stats = store.job_stats()
             lags = store.queue_lags()
             dead = store.dead_groups(limit=10_000)

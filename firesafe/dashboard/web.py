@@ -14,6 +14,7 @@ import hmac
 import json
 import logging
 import math
+import re
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from importlib.resources import files
@@ -47,8 +48,9 @@ from firesafe.dashboard.security import (
 )
 from firesafe.errors import FiresafeError, InvalidInput, JobNotFound, StoreError
 from firesafe.idempotency.keys import check_key, check_name
-from firesafe.masking import mask, mask_text
+from firesafe.masking import mask, mask_text, redact_url
 from firesafe.states import State
+from firesafe.store import check_schema
 from firesafe.store.base import JobFilter
 from firesafe.store.queries import latest_version
 
@@ -267,6 +269,21 @@ def shorten(text: str | None, width: int = 120) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+#: The bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069).
+_BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+def isolate(text: object) -> str:
+    """Data for a page's <title>, which holds text, not a <bdi>: its own bidi controls dropped and
+    the rest isolated (FSI ... PDI), so it cannot reorder the title around it. In page content,
+    templates put data in <bdi> instead.
+
+    >>> isolate("k\u202eexe.txt") == "\u2068kexe.txt\u2069"
+    True
+    """
+    return f"\u2068{_BIDI_CONTROLS.sub('', str(text))}\u2069"
+
+
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("firesafe.dashboard", "templates"),
@@ -276,7 +293,7 @@ def _env() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(time=fmt_time, ago=fmt_ago, duration=fmt_duration, pretty=pretty, shorten=shorten,
-                       mask_text=mask_text, mask=mask, num=num)
+                       mask_text=mask_text, mask=mask, num=num, isolate=isolate)
     return env
 
 
@@ -298,7 +315,7 @@ class Dashboard:
         return HTMLResponse(self.env.get_template(name).render(ctx), status_code=status)
 
     def error(self, request: Request, status: int, message: str) -> HTMLResponse:
-        return self.render(request, "error.html", status=status, status_code=status, message=message)
+        return self.render(request, "error.html", status=status, status_code=status, message=mask_text(message))
 
     def actor(self, request: Request) -> str:
         return actor_for(self.token, request.client.host if request.client else None)
@@ -512,14 +529,15 @@ class Dashboard:
 
     # -- machines --------------------------------------------------------------------------------
     def healthz(self, request: Request) -> Response:
-        """200 only when the store answers and holds the schema this code needs (the pages need it)."""
+        """200 only when the store answers and holds the schema this code needs (the pages need it):
+        not an older one, nor one that a newer firesafe migrated while this process ran."""
         try:
             store = self.app.store
-            version = store.schema_version()
+            version = check_schema(store)
             now = store.now()
             needed = latest_version(store.dialect)
         except FiresafeError as exc:
-            return JSONResponse({"status": "unavailable", "error": str(exc)}, status_code=503)
+            return JSONResponse({"status": "unavailable", "error": mask_text(str(exc))}, status_code=503)
         body = {"store": store.dialect, "schema_version": version, "time": now}
         if version < needed:
             why = ("the store has no firesafe tables" if version == 0 else
@@ -548,9 +566,7 @@ def _is_partial(request: Request) -> bool:
 
 def _store_label(app: Any) -> str:
     try:
-        from firesafe.cli._common import safe_url
-
-        return safe_url(app.store_url)
+        return redact_url(app.store_url)
     except Exception:  # pragma: no cover - only a label
         return "store"
 

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from firesafe.app import App
 
 log = logging.getLogger("firesafe.inbox")
+#: What the consumer's one-by-one fallback gives for a message it kept as a reject (None means an
+#: event stored with no handler for its type).
+_REJECTED = object()
 
 
 @dataclass
@@ -152,16 +155,19 @@ def consume(app: App, url: str, queue: str, *, source: str | None = None, prefet
         except FiresafeError:
             jobs = [_one(tag, eid, etype, data, body) for tag, eid, etype, data, body in pending]
         for job in jobs:
+            if job is _REJECTED:  # kept as a reject, and counted, by _one
+                continue
             if job is not None and not job.created:
                 stats.duplicates += 1
             else:
-                stats.stored += 1
+                stats.stored += 1  # a new event: its job enqueued, or none (no handler for its type)
         if crash_after and stats.stored + stats.duplicates >= crash_after:
             os.kill(os.getpid(), signal.SIGKILL)  # stored, not yet acknowledged
         channel.basic_ack(pending[-1][0], multiple=True)
         pending.clear()
 
     def _one(tag: int, eid: str, etype: str, data: Any, body: bytes) -> Any:
+        """The event's job (None if its type has no handler), or _REJECTED once it is kept as a reject."""
         try:
             return app.ingest(source, event_id=eid, type=etype, data=data)
         except StoreError:
@@ -169,7 +175,7 @@ def consume(app: App, url: str, queue: str, *, source: str | None = None, prefet
         except FiresafeError as exc:
             app.inbox.reject(source, f"{type(exc).__name__}: {exc}", body)
             stats.rejected += 1
-            return None
+            return _REJECTED
 
     try:
         for method, properties, body in channel.consume(queue, inactivity_timeout=0.05):

@@ -194,3 +194,30 @@ def test_a_message_redelivered_after_its_job_was_pruned_runs_nothing(store_url: 
     assert sorted((e["event_id"], e["handled"]) for e in app.inbox.list()) == [
         ("m-1", True), ("m-2", True), ("m-3", True)]
     app.close()
+
+
+def test_consume_counts_a_message_the_inbox_refuses_once(store_url: str, queue: str, tmp_path: Path) -> None:
+    """A message that parses but that the inbox refuses (data nested past its cap) is a reject, not
+    also a stored event: the one-by-one fallback of its batch counts it once."""
+    deep = {"id": "m-deep", "data": json.loads("[" * 300 + "]" * 300)}
+    publish_with(queue, [
+        ({"message_id": "m-1", "type": "order.paid"}, json.dumps({"order": 1}).encode()),
+        ({"message_id": "m-deep", "type": "order.paid"}, json.dumps(deep).encode()),
+        ({"message_id": "m-other", "type": "order.refunded"}, json.dumps({"order": 9}).encode()),  # no handler
+        ({"message_id": "m-2", "type": "order.paid"}, json.dumps({"order": 2}).encode()),
+    ])
+    (tmp_path / "qapp.py").write_text(f"from tests.inbox.rabbit_app import build\napp = build({store_url!r})\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    proc = subprocess.run([sys.executable, "-m", "firesafe", "consume", "qapp:app", "--from", AMQP, "--queue", queue,
+                           "--source", "orders", "--idle-exit", "1"], cwd=ROOT, env=env, timeout=120,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "stored 3, duplicates absorbed 0, rejected 1"
+    assert waiting(queue) == 0
+    from tests.inbox.rabbit_app import build
+
+    app = build(store_url)
+    [reject] = app.store.inbox_reject_list(None, 10)
+    assert "InvalidInput: event data are nested more than" in reject["reason"]
+    assert sorted(e["event_id"] for e in app.inbox.list()) == ["m-1", "m-2", "m-other"]
+    app.close()
