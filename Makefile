@@ -32,8 +32,11 @@ browser:
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
+# Two pytest processes (pytest-xdist) share the tests; the drill that restarts the PostgreSQL server
+# runs alone afterwards, since every other PostgreSQL test would see the restart.
 test: $(STAMP) lint browser docs
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=20
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist worksteal -m "not pg_restart" --durations=20
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m pg_restart tests/drills
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -x -m "not slow"

@@ -10,6 +10,10 @@ import os
 import uuid
 from collections.abc import Iterator
 
+# One terminal width for every test process (pytest-xdist's workers have no terminal to measure):
+# the CLI's tables and wrapped lines read the same in each.
+os.environ["COLUMNS"] = "200"
+
 import pytest
 
 from firesafe import App, FakeClock

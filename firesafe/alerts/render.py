@@ -207,35 +207,67 @@ def to_text(doc: Mapping[str, Any], *, tracebacks: bool = True) -> str:
 
 #: Slack's limit on one section's text.
 SLACK_SECTION = 2900
+#: What :func:`slack_escape` replaces: Slack's three control characters, and the backtick.
+_SLACK_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "`": "\u02cb"})
+
+
+def slack_escape(value: object) -> str:
+    """A data value as Slack mrkdwn shows it, and nothing more: ``&``, ``<`` and ``>`` written as
+    the entities Slack decodes (so no ``<!channel>``, ``<@U123>`` or ``<http://...|text>`` comes
+    from data), and each backtick as U+02CB (modifier letter grave accent, which looks like one), so
+    data can neither end the code span or block it is shown in nor open one. Every value a Slack
+    message shows passes through here.
+
+    >>> print(ascii(slack_escape("x`<!channel>` & <http://evil.example|docs>")))
+    'x\\u02cb&lt;!channel&gt;\\u02cb &amp; &lt;http://evil.example|docs&gt;'
+    """
+    return str(value).translate(_SLACK_ESCAPES)
+
+
+def _slack_tail(text: str, limit: int) -> str:
+    """The end of escaped text, as :func:`bound` keeps it, never starting inside an entity.
+
+    >>> _slack_tail("a&amp;b", 5)
+    '...(cut 6 chars)...\\nb'
+    """
+    if len(text) <= limit:
+        return text
+    start = len(text) - limit
+    amp = text.rfind("&", max(0, start - 4), start)
+    if amp != -1 and ";" not in text[amp:start]:
+        start = text.index(";", start) + 1
+    return f"...(cut {start} chars)...\n{text[start:]}"
 
 
 def to_slack(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The alert in Slack's incoming-webhook format (``text`` plus Block Kit ``blocks``)."""
+    """The alert in Slack's incoming-webhook format (``text`` plus Block Kit ``blocks``). Every
+    value from the alert goes through :func:`slack_escape`; the header block is ``plain_text``,
+    which Slack does not parse."""
+    e = slack_escape
     head = subject(doc)
-    fields = [f"*Kind:* {doc.get('kind')}", f"*Severity:* {doc.get('severity')}",
-              f"*Job:* {doc.get('job_name') or '-'}", f"*Count:* {doc.get('count_text', doc.get('count'))}"]
+    fields = [f"*Kind:* {e(doc.get('kind'))}", f"*Severity:* {e(doc.get('severity'))}",
+              f"*Job:* {e(doc.get('job_name') or '-')}", f"*Count:* {e(doc.get('count_text', doc.get('count')))}"]
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": head[:150]}},
         {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
     ]
     summary = doc.get("summary") or {}
     if summary.get("errors"):
-        errors = ", ".join(f"`{k}` x{fmt_count(v)}" for k, v in summary["errors"].items())
+        errors = ", ".join(f"`{e(k)}` x{fmt_count(v)}" for k, v in summary["errors"].items())
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"*Errors:* {errors}"[:SLACK_SECTION]}})
     for job in (doc.get("jobs") or [])[:MAX_JOBS]:
-        lines = [f"{job['key']} ({job['state']})"]
+        lines = [f"{e(job['key'])} ({e(job['state'])})"]
         for a in job["attempts"]:
-            error = f" {a['error_type']}: {a['message']}" if a.get("error_type") else ""
-            lines.append(f"#{a['seq']} {a['started_at']} {a['outcome']}{error}")
+            error = f" {e(a['error_type'])}: {e(a['message'])}" if a.get("error_type") else ""
+            lines.append(f"#{e(a['seq'])} {e(a['started_at'])} {e(a['outcome'])}{error}")
         last = next((a["traceback"] for a in reversed(job["attempts"]) if a.get("traceback")), None)
         if last:
-            lines += ["", last]
-        body = "\n".join(lines).replace("```", "'''")
-        body = bound(body, SLACK_SECTION - 20) or ""
+            lines += ["", e(last)]
+        body = _slack_tail("\n".join(lines), SLACK_SECTION - 40)
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{body}```"}})
-        link = f"  <{job['dashboard']}|open in the dashboard>" if job.get("dashboard") else ""
-        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"`{job['show']}`{link}"}]})
+        link = f"  <{e(job['dashboard'])}|open in the dashboard>" if job.get("dashboard") else ""
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"`{e(job['show'])}`{link}"}]})
     if doc.get("jobs_omitted"):
         blocks.append({"type": "context", "elements": [
             {"type": "mrkdwn", "text": f"and {fmt_count(doc['jobs_omitted'])} more job(s)"}]})
-    return {"text": head, "blocks": blocks}
+    return {"text": e(head), "blocks": blocks}

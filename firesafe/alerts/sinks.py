@@ -2,8 +2,9 @@
 
 A sink's ``deliver`` sends one alert document or raises :class:`DeliveryError`; the dispatcher
 retries with backoff and records each outcome. HTTP sinks follow no redirects, time out, and
-refuse URLs whose host resolves to a loopback, private, link-local or otherwise non-public address
-unless ``allow_private=True``; the address checked is the address connected to (no second lookup).
+refuse URLs whose host resolves to an address of a special-purpose range (loopback, private,
+link-local, reserved, ...: the table of :mod:`firesafe.alerts.addresses`) unless
+``allow_private=True``; the address checked is the address connected to (no second lookup).
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ from email.utils import formataddr, make_msgid
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+from firesafe.alerts.addresses import special_range
 from firesafe.alerts.render import subject, to_slack, to_text
 from firesafe.errors import ConfigError
+from firesafe.masking import redact_url
+from firesafe.sanitize import for_log, for_store
 
 log = logging.getLogger("firesafe.alerts")
 
@@ -115,65 +119,14 @@ def verify_signature(secret: str | bytes, timestamp: str, body: bytes, signature
     return age <= tolerance and hmac.compare_digest(sign(secret, timestamp, body), signature or "")
 
 
-#: NAT64's well-known prefix (RFC 6052): the last 32 bits are the IPv4 address a translator calls.
-NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
-#: NAT64's local-use prefix (RFC 8215): where the IPv4 address sits depends on the operator.
-NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
-#: IPv4-compatible IPv6 addresses (``::a.b.c.d``, deprecated).
-IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
 _HOST_LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 
 
-def embedded_ipv4(addr: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 address reaches through mapping, NAT64, 6to4 or the old
-    IPv4-compatible form (None if it embeds none).
-
-    >>> [str(embedded_ipv4(ipaddress.IPv6Address(a))) for a in ("64:ff9b::a9fe:a9fe", "::ffff:10.0.0.1",
-    ...                                                          "2002:7f00:1::", "::7f00:1", "2001:db8::1")]
-    ['169.254.169.254', '10.0.0.1', '127.0.0.1', '127.0.0.1', 'None']
-    """
-    if addr.ipv4_mapped is not None:
-        return addr.ipv4_mapped
-    if addr in NAT64 or (addr in IPV4_COMPATIBLE and int(addr) > 1):  # not :: nor ::1
-        return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
-    return addr.sixtofour
-
-
-def _problem(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
-    if addr.is_loopback:
-        return "loopback"
-    if addr.is_link_local:
-        return "link-local"
-    if addr.is_unspecified:
-        return "unspecified"
-    if addr.is_multicast:
-        return "multicast"
-    if addr.is_private:
-        return "private"
-    if not addr.is_global:
-        return "reserved"
-    return None
-
-
-def address_problem(ip: str) -> str | None:
-    """Why an address may not be called without ``allow_private`` (None: it is public). An IPv6
-    address that embeds an IPv4 address (mapped, NAT64, 6to4) is judged by that address too.
-
-    >>> [address_problem(a) for a in ("127.0.0.1", "10.1.2.3", "169.254.169.254", "::1", "93.184.216.34")]
-    ['loopback', 'private', 'link-local', 'loopback', None]
-    >>> [address_problem(a) for a in ("::ffff:192.168.0.1", "64:ff9b::a9fe:a9fe", "64:ff9b::808:808")]
-    ['private', 'link-local', None]
-    """
-    addr = ipaddress.ip_address(ip.split("%", 1)[0])
-    if isinstance(addr, ipaddress.IPv6Address):
-        if addr in NAT64_LOCAL:
-            return "reserved"
-        inner = embedded_ipv4(addr)
-        if inner is not None:
-            problem = _problem(inner)
-            if problem or addr.ipv4_mapped is not None or addr in IPV4_COMPATIBLE:
-                return problem  # those two are only other spellings of the IPv4 address
-    return _problem(addr)
+def _refusal(ip: str) -> str | None:
+    """What an error says of an address the sinks may not call (None: it is public), for example
+    ``a link-local address (169.254.0.0/16: Link Local, RFC 3927)``."""
+    row = special_range(ip)
+    return None if row is None else f"{_a(row.kind)} address ({row})"
 
 
 def literal_address(host: str) -> str | None:
@@ -257,7 +210,7 @@ def _shown(url: str) -> str:
     authority = tail.split("/", 1)[0]
     if sep and "@" in authority:
         tail = "***@" + tail.split("@", 1)[1]
-    return repr(head + sep + tail)
+    return repr(redact_url(head + sep + tail))
 
 
 def _check_http_url(url: str, owner: str) -> tuple[str, str, int]:
@@ -281,10 +234,10 @@ class HTTPSink(Sink):
         self._client_lock = threading.Lock()
         literal = literal_address(self.host)  # None for a name: checked where it resolves, at each delivery
         if not self.allow_private and literal is not None:
-            problem = address_problem(literal)
+            problem = _refusal(literal)
             if problem:
                 shown = self.host if literal == self.host else f"{self.host} ({literal})"
-                raise ConfigError(f"{type(self).__name__}: {shown} is {_a(problem)} address; alerts go only to "
+                raise ConfigError(f"{type(self).__name__}: {shown} is {problem}; alerts go only to "
                                   "public addresses unless you pass allow_private=True")
         super().__init__(name, timeout=timeout)
 
@@ -302,10 +255,10 @@ class HTTPSink(Sink):
             raise DeliveryError(f"cannot resolve {self.host}: no address")
         if not self.allow_private:
             for a in addrs:
-                problem = address_problem(a)
+                problem = _refusal(a)
                 if problem:
-                    raise DeliveryError(f"refused: {self.host} resolves to {a}, {_a(problem)} address "
-                                        "(pass allow_private=True to allow it)")
+                    raise DeliveryError(f"refused: {self.host} resolves to {a}, {problem}; "
+                                        "pass allow_private=True to allow it")
         return addrs[0]
 
     def post(self, body: bytes, headers: Mapping[str, str]) -> int:
@@ -379,8 +332,18 @@ def _user_agent() -> str:
 
 
 def encode(document: Mapping[str, Any]) -> bytes:
-    """The exact bytes a webhook sends (and signs)."""
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode()
+    """The exact bytes a webhook sends (and signs): compact JSON in UTF-8. A document holding text
+    that UTF-8 cannot carry (a lone surrogate) is sent as ASCII JSON, every non-ASCII character a
+    ``\\u`` escape, rather than not at all.
+
+    >>> encode({"m": "caf\\udce9", "n": 1})
+    b'{"m":"caf\\\\udce9","n":1}'
+    """
+    try:
+        return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          default=str).encode()
+    except UnicodeEncodeError:
+        return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str).encode()
 
 
 class Webhook(HTTPSink):
@@ -463,14 +426,17 @@ class Email(Sink):
         return f"<Email {self.name} via {self.host}:{self.port}>"
 
     def message(self, document: Mapping[str, Any]) -> EmailMessage:
+        """The email of one alert. What comes from the alert is data: in a header it is one line
+        (a CR or LF is written ``\\r`` / ``\\n``, so it cannot start another header), and in the
+        body any text UTF-8 cannot carry, NUL and control characters are written as escapes."""
         msg = EmailMessage()
-        msg["Subject"] = subject(document)
+        msg["Subject"] = for_log(subject(document))
         msg["From"] = formataddr(("firesafe", self.sender))
         msg["To"] = ", ".join(self.to)
         msg["Message-ID"] = make_msgid(domain=self.sender.rsplit("@", 1)[-1])
         if document.get("id") is not None:
-            msg["X-Firesafe-Alert-Id"] = str(document["id"])
-        msg.set_content(to_text(document))
+            msg["X-Firesafe-Alert-Id"] = for_log(str(document["id"]))
+        msg.set_content(for_store(to_text(document)))
         return msg
 
     def deliver(self, document: Mapping[str, Any], attempt: int = 1) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from firesafe.clock import to_datetime
 from firesafe.errors import ConfigError, IdempotencyConflict, InvalidInput
+from firesafe.idempotency.keys import MAX_DEPTH as JOB_MAX_DEPTH
 from firesafe.idempotency.keys import canonical_json, check_name, escaped, joined_key
 from firesafe.models import Job
 from firesafe.store.base import JobFilter
@@ -26,10 +28,13 @@ from firesafe.store.base import JobFilter
 if TYPE_CHECKING:
     from firesafe.app import App, JobDef
 
+log = logging.getLogger("firesafe.inbox")
+
 MAX_EVENT_ID = 200
 MAX_TYPE = 200
-#: How deep event data may nest (far below what JSON encoding and decoding in Python can reach).
-MAX_DEPTH = 256
+#: How deep event data may nest: one level less than a job's arguments, since the event that holds
+#: the data is its handler's argument.
+MAX_DEPTH = JOB_MAX_DEPTH - 1
 DEFAULT_MAX_BODY = 256 * 1024
 #: Bytes of the job payload kept for what wraps the event data: the source, id, type, received_at.
 PAYLOAD_RESERVE = 1024
@@ -56,7 +61,13 @@ class InboxEvent:
 
 @dataclass(frozen=True)
 class Source:
-    """How to read and verify the requests of one webhook source."""
+    """How to read and verify the requests of one webhook source.
+
+    ``body_digest``: whether the SHA-256 of a request's body is a second identity of its event, so
+    that the same body under another event id is a duplicate, not a new event. None (the default)
+    turns it on where a replay could otherwise pass for a new event: the signature covers the body
+    (``Hmac``, ``StripeSignature``) and the event id travels in a header it does not cover.
+    """
 
     name: str
     id_field: str | None = "id"
@@ -65,6 +76,23 @@ class Source:
     type_header: str | None = None
     verify: Any = None  # Hmac, StripeSignature, Bearer, or None (only for trusted networks)
     max_body: int = DEFAULT_MAX_BODY
+    body_digest: bool | None = None
+
+    @property
+    def keys_bodies(self) -> bool:
+        """Whether events of this source are keyed by the digest of their body too (see ``body_digest``)."""
+        if self.body_digest is not None:
+            return self.body_digest
+        return self.id_header is not None and bool(getattr(self.verify, "signs_body", False))
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """What became of one received event: its handler's job (None if no handler takes its type, or
+    the job was pruned), and, for the same body received before under another id, that id."""
+
+    job: Job | None
+    duplicate_of: str | None = None
 
 
 class EventConflict(IdempotencyConflict):
@@ -185,6 +213,8 @@ class Inbox:
             raise ConfigError(f"event source {name!r} needs id_field or id_header to find the event id")
         if src.verify is not None and not hasattr(src.verify, "verify"):
             raise ConfigError(f"event source {name!r}: verify must be Hmac(...), StripeSignature(...) or Bearer(...)")
+        if src.body_digest is not None and not isinstance(src.body_digest, bool):
+            raise ConfigError(f"event source {name!r}: body_digest must be True, False or None (automatic)")
         self.sources[name] = src
         return src
 
@@ -198,7 +228,7 @@ class Inbox:
         check_event_type(etype)
         assert isinstance(event_id, str) and isinstance(etype, str)
         text = canonical_json(data, what="event data",
-                              limit=_data_limit(self.app.max_payload, source, event_id, etype))
+                              limit=_data_limit(self.app.max_payload, source, event_id, etype), depth=MAX_DEPTH)
         check_depth(data)
         return {"event_id": event_id, "type": etype, "data": text,
                 "fingerprint": hashlib.sha256(f"{etype}\n{text}".encode()).hexdigest()}
@@ -251,19 +281,38 @@ class Inbox:
         Runs at most one handler job per ``(source, event id)``, however often and however late it
         is delivered.
         """
+        return self.receive(source, event_id=event_id, type=type, data=data).job
+
+    def receive(self, source: str, *, event_id: str, type: str, data: Any = None,
+                body_digest: str | None = None) -> Ingested:
+        """:meth:`ingest`, keyed by ``body_digest`` too (the SHA-256 of the signed body, hex): an
+        event whose body was received before under another id is that event again. It stores
+        nothing new and runs nothing new (its answer names the first id), like a redelivery.
+
+        Runs at most one handler job per ``(source, event id)`` and per ``(source, body digest)``.
+        """
         check_name(source, "event source")
         item = self._prepare(source, event_id, type, data)
-        store = self.app.store
-        _, row = store.inbox_event_store(source, event_id, type, item["data"], item["fingerprint"])
+        _, row = self.app.store.inbox_event_store(source, event_id, type, item["data"], item["fingerprint"],
+                                                  body_digest)
+        if row["event_id"] != event_id:
+            log.warning("event %r of %r has the body of event %r, received before: a replay, not stored again",
+                        event_id, source, row["event_id"])
+            return Ingested(self._settle(row), duplicate_of=row["event_id"])
         if row["fingerprint"] != item["fingerprint"]:
             raise EventConflict(source, event_id)
-        handler = self.handler_for(source, type)
+        return Ingested(self._settle(row))
+
+    def _settle(self, row: dict[str, Any]) -> Job | None:
+        """The handler job of a stored event, enqueued once (see :meth:`ingest`)."""
+        store = self.app.store
+        handler = self.handler_for(row["source"], row["type"])
         if handler is None:
             return None
         if row["handled"]:  # a redelivery: its job was enqueued before (and may be pruned since)
-            return store.job_get(event_key(source, event_id))
+            return store.job_get(event_key(row["source"], row["event_id"]))
         job = self._enqueue(handler, row)
-        store.inbox_event_mark_handled(source, event_id)
+        store.inbox_event_mark_handled(row["source"], row["event_id"])
         return job
 
     @staticmethod

@@ -2,11 +2,14 @@
 
 The handler runs later in the workers, so the endpoint answers fast. An unverified, malformed or
 oversized request gets a 4xx and stores nothing; a store fault gets 503 so the sender redelivers.
-Whatever the body or headers hold, the answer is one of these, never a 500.
+Whatever the body or headers hold, the answer is one of these, never a 500. A signed body received
+before under another event id is a duplicate (see :attr:`~firesafe.inbox.events.Source.keys_bodies`).
+Slow clients and too many connections are cut off by the server (:mod:`firesafe.inbox.serving`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -14,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
@@ -39,11 +42,14 @@ async def _body(request: Request, limit: int) -> bytes:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _Refused(413, f"the body is {declared} bytes; this source accepts at most {limit}")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _Refused(413, f"the body is over {limit} bytes, the most this source accepts")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _Refused(413, f"the body is over {limit} bytes, the most this source accepts")
+            chunks.append(chunk)
+    except ClientDisconnect:  # the client left, or was cut off (firesafe.inbox.serving): no one to answer
+        raise _Refused(400, "the connection closed before the whole body arrived") from None
     return b"".join(chunks)
 
 
@@ -101,7 +107,9 @@ def event_routes(app: App) -> list[Route]:
                 except Unverified as exc:
                     raise _Refused(401, str(exc)) from None
             event_id, etype, data = read_event(src, request.headers, body)
-            job = await run_in_threadpool(app.ingest, name, event_id=event_id, type=etype, data=data)
+            digest = hashlib.sha256(body).hexdigest() if src.keys_bodies else None
+            got = await run_in_threadpool(app.inbox.receive, name, event_id=event_id, type=etype, data=data,
+                                          body_digest=digest)
         except _Refused as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
         except EventConflict as exc:
@@ -113,8 +121,11 @@ def event_routes(app: App) -> list[Route]:
             return JSONResponse({"error": "the event could not be stored; deliver it again"}, status_code=503)
         except FiresafeError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
-        return JSONResponse({"stored": True, "event_id": event_id, "type": etype,
-                             "job": job.key if job else None, "created": bool(job and job.created)})
+        answer = {"stored": True, "event_id": event_id, "type": etype, "job": got.job.key if got.job else None,
+                  "created": bool(got.job and got.job.created)}
+        if got.duplicate_of is not None:
+            answer["duplicate_of"] = got.duplicate_of
+        return JSONResponse(answer)
 
     return [Route("/events/{source}", receive, methods=["POST"])]
 

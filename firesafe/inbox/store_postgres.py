@@ -12,15 +12,20 @@ class InboxPostgres:
     _read: Any
     _now: Any
 
-    def inbox_event_store(self, source: str, event_id: str, type: str, data: str,
-                          fingerprint: str) -> tuple[bool, dict[str, Any]]:
-        """Store an event once per (source, event id), not yet handled; returns (created, the stored row)."""
+    def inbox_event_store(self, source: str, event_id: str, type: str, data: str, fingerprint: str,
+                          body_digest: str | None = None) -> tuple[bool, dict[str, Any]]:
+        """Store an event once per (source, event id), and once per (source, body digest) if a digest
+        is given, not yet handled; returns (created, the stored row: this id's, else the row of the
+        event stored with the same body digest under another id)."""
         key = {"source": source, "event_id": event_id}
         with self._conn() as c, c.transaction():
             created = c.execute(self.q["inbox_event_insert"], {**key, "type": type, "data": data,
-                                                               "fingerprint": fingerprint,
+                                                               "fingerprint": fingerprint, "body_digest": body_digest,
                                                                "now": self._now()}).rowcount == 1
             row = c.execute(self.q["inbox_event_get"], key).fetchone()
+            if row is None:  # nothing stored: the same body is stored under another id
+                row = c.execute(self.q["inbox_event_by_digest"], {"source": source,
+                                                                  "body_digest": body_digest}).fetchone()
         return created, dict(row)
 
     def inbox_event_store_many(self, source: str, items: list[dict[str, Any]]) -> dict[str, tuple[bool, dict]]:

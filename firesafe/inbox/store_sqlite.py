@@ -16,14 +16,19 @@ class InboxSQLite:
     _group_write: Any
     now: Any
 
-    def inbox_event_store(self, source: str, event_id: str, type: str, data: str,
-                          fingerprint: str) -> tuple[bool, dict[str, Any]]:
-        """Store an event once per (source, event id), not yet handled; returns (created, the stored row)."""
+    def inbox_event_store(self, source: str, event_id: str, type: str, data: str, fingerprint: str,
+                          body_digest: str | None = None) -> tuple[bool, dict[str, Any]]:
+        """Store an event once per (source, event id), and once per (source, body digest) if a digest
+        is given, not yet handled; returns (created, the stored row: this id's, else the row of the
+        event stored with the same body digest under another id)."""
         key = {"source": source, "event_id": event_id}
         with self._tx() as c:
-            created = c.execute(Q["inbox_event_insert"], {**key, "type": type, "data": data,
-                                                          "fingerprint": fingerprint, "now": self.now()}).rowcount == 1
-            row = dict(c.execute(Q["inbox_event_get"], key).fetchone())
+            created = c.execute(Q["inbox_event_insert"], {**key, "type": type, "data": data, "fingerprint": fingerprint,
+                                                          "body_digest": body_digest, "now": self.now()}).rowcount == 1
+            found = c.execute(Q["inbox_event_get"], key).fetchone()
+            if found is None:  # nothing stored: the same body is stored under another id
+                found = c.execute(Q["inbox_event_by_digest"], {"source": source, "body_digest": body_digest}).fetchone()
+            row = dict(found)
         row["handled"] = bool(row["handled"])
         return created, row
 
@@ -34,7 +39,8 @@ class InboxSQLite:
         with self._tx() as c:
             created = set()
             for it in items:  # one row each: rowcount tells which were new
-                if c.execute(Q["inbox_event_insert"], {"source": source, "now": now, **it}).rowcount == 1:
+                if c.execute(Q["inbox_event_insert"], {"source": source, "now": now, "body_digest": None,
+                                                       **it}).rowcount == 1:
                     created.add(it["event_id"])
             rows = c.execute(Q["inbox_event_by_ids"], {"source": source,
                                                        "ids": json.dumps([i["event_id"] for i in items])})

@@ -2,6 +2,15 @@
 
 Each verifier is a pure function of the secret, the headers and the raw body (and, for signatures
 with a timestamp, the current time), so it is tested without a server or a clock.
+
+What each one proves, exactly (``signs_body`` says whether the body is covered):
+
+- :class:`Hmac`: the raw body bytes, nothing else. Headers (an event id or type sent in them) and
+  the time are not covered: a captured request can be sent again, under any id, at any time.
+- :class:`StripeSignature`: the raw body bytes and the ``t=`` timestamp (``t + "." + body``),
+  accepted within ``tolerance`` seconds of now. Other headers are not covered.
+- :class:`Bearer`: nothing of the request: the token proves who sent it, and whoever holds the
+  token can send anything.
 """
 
 from __future__ import annotations
@@ -10,6 +19,7 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 
 class Unverified(Exception):
@@ -46,6 +56,7 @@ class Hmac:
     secret: str
     header: str = "X-Hub-Signature-256"
     prefix: str = "sha256="
+    signs_body: ClassVar[bool] = True
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> None:
         given = _get(headers, self.header)
@@ -74,6 +85,7 @@ class StripeSignature:
     secret: str
     header: str = "Stripe-Signature"
     tolerance: float = 300.0
+    signs_body: ClassVar[bool] = True
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> None:
         given = _get(headers, self.header)
@@ -103,6 +115,7 @@ class Bearer:
     """
 
     token: str
+    signs_body: ClassVar[bool] = False
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> None:
         given = _get(headers, "Authorization") or ""

@@ -7,7 +7,9 @@ from urllib.parse import unquote, urlsplit
 
 from firesafe.clock import Clock
 from firesafe.errors import ConfigError, InvalidInput, StoreError
+from firesafe.masking import redact_url
 from firesafe.store.base import Store
+from firesafe.store.queries import check_version
 
 DEFAULT_URL = "sqlite:///firesafe.db"
 
@@ -28,10 +30,11 @@ def open_store(url: str | None = None, clock: Clock | None = None, **options: ob
     if scheme == "sqlite":
         parts = urlsplit(url)
         if parts.netloc:
-            raise StoreError(f"SQLite URL {url!r} has a host; write sqlite:///relative.db or sqlite:////abs.db")
+            raise StoreError(f"SQLite URL {redact_url(url)!r} has a host; write sqlite:///relative.db or "
+                             "sqlite:////abs.db")
         path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
         if "\x00" in path:
-            raise StoreError(f"SQLite URL {url!r} names a path with a NUL character in it")
+            raise StoreError(f"SQLite URL {redact_url(url)!r} names a path with a NUL character in it")
         from firesafe.store.sqlite import SQLiteStore
 
         return SQLiteStore(path, clock, **options)  # type: ignore[arg-type]
@@ -45,10 +48,25 @@ def open_store(url: str | None = None, clock: Clock | None = None, **options: ob
         except ValueError as exc:  # urllib's verdict on a malformed URL: a port out of range, a broken IPv6 host
             if isinstance(exc, StoreError | ConfigError | InvalidInput):
                 raise
+            if redact_url(url) != url:  # urllib may quote a piece of a password it took for the port
+                raise StoreError("invalid PostgreSQL URL: it does not parse (escape '/', '?', '#', '@' and ':' "
+                                 "in the user name and password as %XX)") from None
             raise StoreError(f"invalid PostgreSQL URL: {exc}") from None
     raise StoreError(
-        f"unknown store URL {url!r}: use sqlite:///path/to/file.db or postgresql://user@host:port/database"
+        f"unknown store URL {redact_url(url)!r}: use sqlite:///path/to/file.db or "
+        "postgresql://user@host:port/database"
     )
 
 
-__all__ = ["DEFAULT_URL", "Store", "open_store", "resolve_url"]
+def describe(store: Store) -> str:
+    """Where a store is, for messages: its URL without a password (PostgreSQL: with the schema)."""
+    return str(getattr(store, "where", None) or store.url)
+
+
+def check_schema(store: Store) -> int:
+    """The store's schema version, once this code is known to be able to use it: raises
+    :class:`~firesafe.errors.SchemaTooNew` when a newer firesafe migrated the store."""
+    return check_version(describe(store), store.dialect, store.schema_version())
+
+
+__all__ = ["DEFAULT_URL", "Store", "check_schema", "describe", "open_store", "resolve_url"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 from functools import cache
 from importlib.resources import files
 
+from firesafe.errors import SchemaTooNew
+
 
 def _parse(text: str, queries: dict[str, str], origin: str) -> None:
     name: str | None = None
@@ -63,3 +65,13 @@ def latest_version(dialect: str) -> int:
         return max((v for v, _ in migrations(dialect)), default=0)
     except (OSError, ValueError):
         return 0
+
+
+def check_version(where: str, dialect: str, version: int) -> int:
+    """``version``, if this code can use a store at that schema version: raises
+    :class:`~firesafe.errors.SchemaTooNew` when a newer firesafe migrated it (an older schema is
+    ``migrate``'s business, not this check's)."""
+    supported = latest_version(dialect)
+    if supported and version > supported:
+        raise SchemaTooNew(where, version, supported)
+    return version

@@ -113,6 +113,78 @@ def test_private_and_loopback_addresses_are_refused_unless_allowed(sqlite_url: s
     assert receiver.got[-1].valid
 
 
+#: Data that would ping everyone and show a disguised link if Slack read it as mrkdwn, with backticks
+#: to break out of the code span or block it is shown in.
+HOSTILE_KEY = "o-1`<!channel>` <http://evil.example/a|click> & ``` <@U123>"
+HOSTILE_MESSAGE = "` <!here> ``` <http://evil.example/b|docs> & <!subteam^S1>"
+
+
+def _mrkdwn_texts(message: dict[str, Any]) -> list[tuple[str, str]]:
+    """Every text of a Slack message that Slack parses as mrkdwn, with where it is."""
+    out = [("text", message["text"])]
+    for block in message["blocks"]:
+        if block["type"] == "section":
+            out += [("section", block["text"]["text"])] if "text" in block else []
+            out += [("field", f["text"]) for f in block.get("fields", [])]
+        elif block["type"] == "context":
+            out += [("context", e["text"]) for e in block["elements"] if e["type"] == "mrkdwn"]
+    return out
+
+
+def test_slack_text_from_data_cannot_mention_link_or_leave_its_code_span(sqlite_url: str, receiver: Receiver) -> None:
+    app = App(sqlite_url, alerts=[Slack(receiver.url, allow_private=True)])
+    app.alert_rules(dispatch=False, dashboard_url="https://ops.example.com/firesafe")
+
+    @app.job(max_attempts=1)
+    def charge(ctx, order_id: str) -> None:
+        raise ValueError(HOSTILE_MESSAGE)
+
+    charge.enqueue("o-1", key=HOSTILE_KEY)
+    app.work(burst=True)
+    try:
+        assert [e for _, _, e in app.alerts.flush()] == [None]
+        [req] = receiver.got
+        message = req.json
+        texts = _mrkdwn_texts(message)
+        assert any(where == "section" and "```" in t for where, t in texts) and len(texts) >= 6
+        for where, text in texts:
+            for raw in ("<!channel>", "<!here>", "<!subteam", "<@U123>", "<http://evil", "|click>", "|docs>"):
+                assert raw not in text, (where, text)
+            assert "&" not in text.replace("&amp;", "").replace("&lt;", "").replace("&gt;", ""), (where, text)
+            if where == "section" and text.startswith("```"):  # the code block: data never closes it
+                assert text.endswith("```") and text.count("`") == 6, text
+            if where == "context" and text.startswith("`"):  # the `firesafe show` command's code span
+                assert text.count("`") == 2 and text.index("`", 1) == text.index("`  <https://ops.example.com"), text
+        shown = str(message)
+        assert "&lt;!channel&gt;" in shown and "&lt;!here&gt;" in shown and "\u02cb" in shown  # shown, not acted on
+        [link] = [t for w, t in texts if w == "context" and "open in the dashboard" in t]
+        assert "<https://ops.example.com/firesafe/job?key=o-1%60%3C%21channel%3E%60" in link
+    finally:
+        app.close()
+
+
+def test_email_headers_hold_no_data_line_breaks_and_hostile_text_still_arrives() -> None:
+    """Python's email package refuses a header with CR/LF (the alert then never went out, retried for
+    ever); the sink writes the line breaks as escapes, so no header is injected and the alert leaves."""
+    sink = Email(smtp="smtp://127.0.0.1:25", to=["oncall@example.com"], sender="firesafe@example.com")
+    doc = {"id": "7\r\nBcc: thief@example.com", "kind": "dead_letter", "severity": "critical",
+           "title": "x\r\nBcc: thief@example.com\nX-Evil: 1", "keys": ["caf\udce9\x00"]}
+    msg = sink.message(doc)
+    raw = msg.as_bytes()
+    headers = raw.split(b"\n\n", 1)[0]
+    assert b"\nBcc:" not in headers and b"\nX-Evil" not in headers
+    assert msg["Bcc"] is None and msg["X-Evil"] is None
+    assert msg["Subject"] == "[firesafe] CRITICAL dead_letter: x\\r\\nBcc: thief@example.com\\nX-Evil: 1"
+    assert msg["X-Firesafe-Alert-Id"] == "7\\r\\nBcc: thief@example.com"
+    assert "caf\\udce9\\x00" in msg.get_content()
+
+
+def test_a_webhook_document_with_text_utf8_cannot_carry_is_still_sent_and_signed(receiver: Receiver) -> None:
+    Webhook(receiver.url, secret="test-secret", allow_private=True).deliver({"id": 3, "m": "caf\udce9 \u00e9"})
+    [req] = receiver.got
+    assert req.valid and req.body.isascii() and req.json == {"id": 3, "m": "caf\udce9 \u00e9"}
+
+
 def test_redirects_are_not_followed_and_a_hanging_receiver_times_out() -> None:
     redirecting = Receiver(status=302).up()
     hanging = Receiver().up()
@@ -203,7 +275,7 @@ def test_private_addresses_in_any_spelling_are_refused_when_declared() -> None:
     for url in ("http://127.1/", "http://2130706433/", "http://0x7f000001/", "http://0/", "http://017700000001/",
                 "http://10.1/", "http://[64:ff9b::a9fe:a9fe]/latest", "http://[64:ff9b::7f00:1]/",
                 "http://[2002:a9fe:a9fe::1]/", "http://[::ffff:169.254.169.254]/", "http://[::a9fe:a9fe]/"):
-        with pytest.raises(ConfigError, match="address; alerts go only to public addresses"):
+        with pytest.raises(ConfigError, match=r"address \(.*, RFC \d+\); alerts go only to public addresses"):
             Webhook(url, secret="s")
         with pytest.raises(ConfigError, match="address"):
             Slack(url)

@@ -47,6 +47,45 @@ def test_concurrent_deliveries_make_one_job(app: App) -> None:
     assert sum(j.created for j in results) == 1 and len({j.id for j in results}) == 1
 
 
+def test_the_same_body_digest_under_another_id_is_the_first_event_again(app: App) -> None:
+    """The store keeps one event per (source, body digest) as per (source, event id): a second id
+    with a digest stored already stores nothing and gets the first event's row, even concurrently."""
+    ran: list[str] = []
+
+    @app.on_event("github", "push")
+    def on_push(ctx, event) -> None:
+        ran.append(event.id)
+
+    first = app.inbox.receive("github", event_id="d-1", type="push", data={"ref": "main"}, body_digest="ab" * 32)
+    assert first.duplicate_of is None and first.job is not None and first.job.created
+    barrier = threading.Barrier(6)
+    results = []
+
+    def replay(n: int) -> None:
+        barrier.wait()
+        results.append(app.inbox.receive("github", event_id=f"d-{n}", type="push", data={"ref": "main"},
+                                         body_digest="ab" * 32))
+
+    threads = [threading.Thread(target=replay, args=(n,)) for n in range(2, 8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.duplicate_of for r in results] == ["d-1"] * 6
+    assert {r.job.key for r in results if r.job} == {"github:d-1"} and not any(r.job.created for r in results if r.job)
+    # Another type under a fresh id, same body: still the first event (the type header is not signed).
+    assert app.inbox.receive("github", event_id="d-9", type="issues", data={"ref": "main"},
+                             body_digest="ab" * 32).duplicate_of == "d-1"
+    # The same id again is a plain redelivery; events without a digest never collide with each other.
+    assert app.inbox.receive("github", event_id="d-1", type="push", data={"ref": "main"},
+                             body_digest="ab" * 32).duplicate_of is None
+    for n in (10, 11):
+        assert app.inbox.receive("github", event_id=f"d-{n}", type="push", data={"ref": "main"}).duplicate_of is None
+    app.work(burst=True)
+    assert sorted(ran) == ["d-1", "d-10", "d-11"]
+    assert sorted(e["event_id"] for e in app.inbox.list()) == ["d-1", "d-10", "d-11"]
+
+
 def test_same_id_with_other_data_is_a_conflict(app: App) -> None:
     @app.on_event("shop")
     def h(ctx, event) -> None: ...

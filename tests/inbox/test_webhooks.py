@@ -79,6 +79,45 @@ def test_the_same_event_posted_50_times_concurrently_is_one_job_and_one_run(serv
     assert len(app.inbox.list()) == 1
 
 
+def test_a_captured_github_body_replayed_under_a_fresh_delivery_id_is_a_duplicate(served) -> None:
+    """GitHub's signature covers the body only: X-GitHub-Delivery and X-GitHub-Event can be changed
+    by whoever captured a request. The same signed body is the same event, whatever id it carries."""
+    app, base, handled = served
+    body = json.dumps({"ref": "refs/heads/main", "after": "9f1c"}).encode()
+    first = github_post(base, body, "delivery-1")
+    assert first.status_code == 200 and first.json()["created"], first.text
+    replay = github_post(base, body, "delivery-2")
+    assert replay.status_code == 200, replay.text
+    assert replay.json() == {"stored": True, "event_id": "delivery-2", "type": "push", "job": "github:delivery-1",
+                             "created": False, "duplicate_of": "delivery-1"}
+    retyped = github_post(base, body, "delivery-3", **{"X-GitHub-Event": "release"})
+    assert retyped.status_code == 200 and retyped.json()["duplicate_of"] == "delivery-1"
+    with ThreadPoolExecutor(8) as pool:  # fresh ids at once: each is recognised
+        many = list(pool.map(lambda n: github_post(base, body, f"delivery-x{n}"), range(16)))
+    assert [r.status_code for r in many] == [200] * 16
+    assert {r.json().get("duplicate_of") for r in many} == {"delivery-1"}
+    other = github_post(base, json.dumps({"ref": "refs/heads/dev"}).encode(), "delivery-4")
+    assert other.status_code == 200 and other.json()["created"] and "duplicate_of" not in other.json()
+    app.work(burst=True)
+    assert sorted(handled) == ["delivery-1", "delivery-4"]
+    assert sorted(e["event_id"] for e in app.inbox.list()) == ["delivery-1", "delivery-4"]
+    from firesafe.store.base import JobFilter
+
+    assert app.store.job_count(JobFilter()) == 2
+
+
+def test_which_sources_key_events_by_their_body() -> None:
+    from firesafe.inbox import Source
+
+    assert Source("gh", id_header="X-GitHub-Delivery", verify=Hmac("s")).keys_bodies
+    assert Source("st", id_header="X-Id", verify=StripeSignature("s")).keys_bodies
+    assert not Source("st", verify=StripeSignature("s")).keys_bodies  # the id is in the signed body
+    assert not Source("gh", id_field="id", verify=Hmac("s")).keys_bodies
+    assert not Source("in", id_header="X-Id", verify=Bearer("t")).keys_bodies  # the token signs nothing
+    assert not Source("gh", id_header="X-Id", verify=Hmac("s"), body_digest=False).keys_bodies
+    assert Source("in", id_header="X-Id", verify=Bearer("t"), body_digest=True).keys_bodies
+
+
 def test_a_stripe_style_signed_event(served) -> None:
     app, base, handled = served
     body = json.dumps({"id": "evt_9", "type": "charge.refunded", "data": {"amount": 3}}).encode()

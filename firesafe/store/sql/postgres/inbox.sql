@@ -1,11 +1,18 @@
 -- The event inbox (events arrive at least once; the (source, event id) key makes them count once).
 
 -- name: inbox_event_insert
--- Store an event unless its (source, event id) is stored already; not handled until its job is enqueued.
-INSERT INTO {schema}.firesafe_inbox_events (source, event_id, type, data, fingerprint, received_at, handled)
-VALUES (%(source)s, %(event_id)s, %(type)s, %(data)s, %(fingerprint)s,
+-- Store an event unless its (source, event id), or its (source, body digest), is stored already;
+-- not handled until its job is enqueued.
+INSERT INTO {schema}.firesafe_inbox_events (source, event_id, type, data, fingerprint, body_digest, received_at,
+                                            handled)
+VALUES (%(source)s, %(event_id)s, %(type)s, %(data)s, %(fingerprint)s, %(body_digest)s,
         coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8), false)
-ON CONFLICT (source, event_id) DO NOTHING;
+ON CONFLICT DO NOTHING;
+
+-- name: inbox_event_by_digest
+-- The stored event of one source whose signed body had this digest.
+SELECT source, event_id, type, data, fingerprint, received_at, handled FROM {schema}.firesafe_inbox_events
+WHERE source = %(source)s AND body_digest = %(body_digest)s;
 
 -- name: inbox_event_get
 -- One stored event.

@@ -1,10 +1,16 @@
 -- The event inbox (events arrive at least once; the (source, event id) key makes them count once).
 
 -- name: inbox_event_insert
--- Store an event unless its (source, event id) is stored already; not handled until its job is enqueued.
-INSERT INTO firesafe_inbox_events (source, event_id, type, data, fingerprint, received_at, handled)
-VALUES (:source, :event_id, :type, :data, :fingerprint, :now, 0)
-ON CONFLICT (source, event_id) DO NOTHING;
+-- Store an event unless its (source, event id), or its (source, body digest), is stored already;
+-- not handled until its job is enqueued.
+INSERT INTO firesafe_inbox_events (source, event_id, type, data, fingerprint, body_digest, received_at, handled)
+VALUES (:source, :event_id, :type, :data, :fingerprint, :body_digest, :now, 0)
+ON CONFLICT DO NOTHING;
+
+-- name: inbox_event_by_digest
+-- The stored event of one source whose signed body had this digest.
+SELECT source, event_id, type, data, fingerprint, received_at, handled FROM firesafe_inbox_events
+WHERE source = :source AND body_digest = :body_digest;
 
 -- name: inbox_event_get
 -- One stored event.
