@@ -23,6 +23,7 @@ from firesafe.errors import ConfigError, IdempotencyConflict, InvalidInput
 from firesafe.idempotency.keys import MAX_DEPTH as JOB_MAX_DEPTH
 from firesafe.idempotency.keys import canonical_json, check_name, escaped, joined_key
 from firesafe.models import Job
+from firesafe.sanitize import for_store
 from firesafe.store.base import JobFilter
 
 if TYPE_CHECKING:
@@ -351,14 +352,5 @@ class Inbox:
         check_name(source, "event source")
         if isinstance(body, bytes):
             body = body[:64 * 1024].decode("utf-8", "backslashreplace")
-        self.app.store.inbox_reject(source, _text(reason[:1000]), _text(body[:64 * 1024]) if body else body)
+        self.app.store.inbox_reject(source, for_store(reason[:1000]), for_store(body[:64 * 1024]) if body else body)
 
-
-def _text(text: str) -> str:
-    """``text`` as every store can keep it: NUL and lone surrogates escaped (PostgreSQL text holds
-    no NUL, and no store holds a surrogate).
-
-    >>> _text("a\\x00b\\ud800")
-    'a\\\\x00b\\\\ud800'
-    """
-    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
