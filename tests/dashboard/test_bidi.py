@@ -109,7 +109,8 @@ def test_every_page_isolates_bidi_overrides_and_escapes_markup(hostile: tuple[Ap
         assert re.search("<title>Job \u2068charge:1\u2069 ·", job)
         if app.store_url.startswith("sqlite:///"):
             listing = c.get("/dead").text
-            assert f"<bdi>charge:{RLO}3</bdi>" in listing and f"<bdi>exhausted {RLO}</bdi>" in listing
+            assert re.search(f"<bdi><a class=\"key\" [^>]*>charge:{RLO}3</a></bdi>", listing)
+            assert f"<bdi>exhausted {RLO}</bdi>" in listing
 
 
 def test_a_title_drops_bidi_controls_and_isolates_the_rest() -> None:
