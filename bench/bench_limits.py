@@ -9,7 +9,8 @@ In one run, on one store, against a provider on 127.0.0.1 (the tests' provider, 
 Printed: the achieved rate as a fraction of the limit (target >= 0.95), measured from the first to
 the last request, the burst granted at the start left out; and the limit violations (target 0): 1-second
 windows (sliding, one starting at each request) holding more than ``rate + burst`` requests, counted at
-the grant (the store's clock, as each attempt's trace records it) and at the provider (arrival).
+the grant (the store's clock, as each attempt's trace records it) and at the provider (arrival); and,
+at the provider, the windows of 0.1, 0.25 and 1 s holding more than ``burst + rate * w + 1``.
 
     python bench/bench_limits.py                       # SQLite in a temporary folder
     python bench/bench_limits.py --store postgresql://postgres@127.0.0.1:5432/test?schema=bench_limits
@@ -118,6 +119,7 @@ def main() -> int:
         achieved = (len(arrivals) - o.burst) / span
         bound = o.rate + o.burst
         provider_over, provider_most = windows_over(arrivals, bound)
+        short = {w: windows_over(arrivals, o.burst + o.rate * w + 1, w) for w in (0.1, 0.25, 1.0)}
         granted = grant_times(store_url, provider.url, o.rate)
         grant_over, grant_most = windows_over(granted, bound)
         waits = sum(json.loads(out.strip().splitlines()[-1])["deferred"] for out in outs if out.strip())
@@ -129,13 +131,16 @@ def main() -> int:
     print(f"  limit violations (1-s windows over {bound:g}): {grant_over} at grant (busiest {grant_most}), "
           f"{provider_over} at the provider (busiest {provider_most}) (target 0) "
           f"[{'ok' if grant_over == 0 and provider_over == 0 else 'VIOLATED'}]")
+    print("  at the provider, windows over burst + rate * w + 1 (target 0): " + ", ".join(
+        f"{w:g}s: {over} (busiest {most})" for w, (over, most) in short.items()))
     print(f"  waits (jobs given back to wait for a token, no attempt used): {waits}")
     if o.json:
         print(json.dumps({"jobs": o.jobs, "rate": o.rate, "burst": o.burst, "workers": o.workers,
                           "baseline_jobs_per_s": round(base_rate, 1), "achieved_per_s": round(achieved, 2),
                           "fraction_of_limit": round(fraction, 4), "violations_grant": grant_over,
                           "violations_provider": provider_over, "busiest_grant": grant_most,
-                          "busiest_provider": provider_most, "waits": waits}))
+                          "busiest_provider": provider_most, "waits": waits,
+                          "provider_windows_over": {str(w): over for w, (over, _) in short.items()}}))
     return 0 if fraction >= RATE_TARGET and grant_over == 0 else 1
 
 

@@ -10,13 +10,13 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from firesafe.clock import Clock, to_timestamp
 from firesafe.deadletters import DeadLetters
-from firesafe.errors import MAX_DELAY, ConfigError, InvalidInput, JobNotFound
+from firesafe.errors import MAX_DELAY, ConfigError, IdempotencyConflict, InvalidInput, JobNotFound
 from firesafe.idempotency.keys import check_key, check_name, fingerprint, new_key, payload_json
 from firesafe.masking import Mask
 from firesafe.masking import extend as extend_mask
@@ -63,6 +63,9 @@ class JobDef:
 
     #: The limiters every attempt of this job runs under (``@app.job(limiter=...)``).
     limiters: tuple[str, ...] = ()
+    #: Who hears of this job's failures (``@app.job(alert=...)``): None is the default policy, every
+    #: dead letter a ``critical`` alert. See :class:`firesafe.alerts.policy.AlertPolicy`.
+    alert: Any = None
 
     def __init__(self, app: App, fn: Callable[..., Any], *, name: str, queue: str, max_attempts: int,
                  backoff: Backoff, timeout: float | None, give_up_on: tuple[type[BaseException], ...],
@@ -116,10 +119,7 @@ class JobDef:
                 run_at: datetime | None, queue: str | None) -> InsertParams:
         args, kwargs = list(args), dict(kwargs)
         if kwargs or len(args) != self._plain_arity:
-            try:
-                self.signature.bind(None, *args, **kwargs)
-            except TypeError as exc:
-                raise InvalidInput(f"job {self.name!r} cannot take these arguments: {exc}") from None
+            args, kwargs = self._bound(args, kwargs)
         payload, plain = payload_json(args, kwargs, limit=self.app.max_payload)
         key = check_key(key) if key is not None else new_key(self.name)
         if delay is not None and run_at is not None:
@@ -142,17 +142,93 @@ class JobDef:
             delay=float(delay or 0.0), values=(args, kwargs) if plain else None,
         )
 
+    def _bound(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        """The arguments of one call as the function's signature places them, so that a call keeps one
+        payload and one fingerprint however it is written (positionally, by name, from the CLI's
+        ``--kwargs``): each argument that can go by position does, up to the first one left out, and
+        the rest go by name. Defaults are not filled in (docs/keys.md). A call the function cannot
+        take (an unknown name, a required argument missing) raises :class:`InvalidInput`.
+        """
+        arity = self._plain_arity
+        if arity >= 0 and len(args) + len(kwargs) == arity:  # every argument required: all by position
+            rest = self.arg_names[len(args):]
+            if all(n in kwargs for n in rest):
+                return args + [kwargs[n] for n in rest], {}
+        params = self.__dict__.get("_after_ctx")
+        if params is None:
+            params = self.__dict__["_after_ctx"] = tuple(self.signature.parameters.values())[1:]
+        try:
+            given = self.signature.bind(None, *args, **kwargs).arguments
+        except TypeError as exc:
+            takes = str(inspect.Signature([p.replace(annotation=p.empty) for p in params]))
+            if not any(p.kind is p.VAR_KEYWORD for p in params):
+                unknown = sorted(set(kwargs) - {p.name for p in params if p.kind is not p.POSITIONAL_ONLY})
+                if unknown:
+                    raise InvalidInput(f"job {self.name!r} cannot take these arguments: no argument named "
+                                       f"{', '.join(map(repr, unknown))}; it takes {takes}") from None
+            raise InvalidInput(f"job {self.name!r} cannot take these arguments: {exc}; it takes {takes}") from None
+        # What BoundArguments.args and .kwargs give (less ctx), without their cost.
+        placed: list[Any] = []
+        named: dict[str, Any] = {}
+        by_name = False
+        for param in params:
+            if param.name not in given:
+                by_name = by_name or param.kind is not param.VAR_POSITIONAL
+                continue
+            value = given[param.name]
+            if param.kind is param.VAR_POSITIONAL:
+                placed.extend(value)
+            elif param.kind is param.VAR_KEYWORD:
+                named.update(value)
+            elif by_name or param.kind is param.KEYWORD_ONLY:
+                by_name = True
+                named[param.name] = value
+            else:
+                placed.append(value)
+        return placed, named
+
+    def _insert(self, params: list[InsertParams], conn: Any) -> list[Job]:
+        """Insert; a key that an earlier firesafe stored for the same arguments written another way
+        (its fingerprint was of the arguments as the call wrote them) is that job again, not a conflict."""
+        try:
+            return self.app.store.job_insert_many(params, conn=conn)
+        except IdempotencyConflict:
+            again = self._as_stored(params)
+            if again is None:
+                raise
+        return self.app.store.job_insert_many(again, conn=conn)
+
+    def _as_stored(self, params: list[InsertParams]) -> list[InsertParams] | None:
+        """``params`` with the fingerprint of each stored job of the same key and name whose arguments,
+        placed by :meth:`_bound`, are the item's own; None if there is none such."""
+        keys = sorted({p.key for p in params})
+        stored = {j.key: j for j in self.app.store.job_list(JobFilter(keys=keys, limit=len(keys)))}
+        out, found = [], False
+        for p in params:
+            job = stored.get(p.key)
+            if (job is not None and job.name == p.name and job.fingerprint != p.fingerprint
+                    and job.unreadable is None):
+                try:
+                    same = payload_json(*self._bound(list(job.args), dict(job.kwargs)), limit=None)[0] == p.payload
+                except InvalidInput:  # stored arguments that this function no longer takes
+                    same = False
+                if same:
+                    p, found = replace(p, fingerprint=job.fingerprint), True
+            out.append(p)
+        return out if found else None
+
     def enqueue(self, *args: Any, key: str | None = None, delay: float | None = None,
                 run_at: datetime | None = None, queue: str | None = None, conn: Any = None,
                 **kwargs: Any) -> Job:
         """Enqueue one run under ``key``; runs at most once per key.
 
-        An existing key with the same arguments returns the stored job (``created`` is False) and
-        nothing new runs; with other arguments it raises :class:`IdempotencyConflict`. With
+        An existing key with the same arguments (by position or by name: one call either way) returns
+        the stored job (``created`` is False) and nothing new runs; with other arguments it raises
+        :class:`IdempotencyConflict`. Arguments the function cannot take raise :class:`InvalidInput`. With
         ``conn`` (PostgreSQL) the job is written inside that connection's open transaction.
         """
         params = self._params(args, kwargs, key, delay, run_at, queue)
-        job = self.app.store.job_insert_many([params], conn=conn)[0]
+        job = self._insert([params], conn)[0]
         if job.created and conn is None:
             self.app._wake_workers()
         return job
@@ -184,7 +260,7 @@ class JobDef:
                                        item.get("queue")))
         if not params:
             return []
-        jobs = self.app.store.job_insert_many(params, conn=conn)
+        jobs = self._insert(params, conn)
         if conn is None and any(j.created for j in jobs):
             self.app._wake_workers()
         return jobs
@@ -277,11 +353,12 @@ class App:
     def job(self, fn: Callable[..., Any] | None = None, *, name: str | None = None, queue: str = "default",
             max_attempts: int = 5, backoff: Backoff | None = None, timeout: float | None = None,
             give_up_on: Iterable[type[BaseException]] = (), max_deferrals: int = DEFAULT_MAX_DEFERRALS,
-            limiter: str | None = None, limiters: Sequence[str] | None = None) -> Any:
+            limiter: str | None = None, limiters: Sequence[str] | None = None, alert: Any = None) -> Any:
         """Declare a job. Use as ``@app.job`` or ``@app.job(max_attempts=..., queue=...)``.
 
         Defaults: 5 attempts, ``Backoff()`` (1 s doubling, capped at 300 s, full jitter), no timeout.
         ``limiter``/``limiters``: every attempt runs under these limiters (see :meth:`limiter`).
+        ``alert``: an ``AlertPolicy`` (or a severity, or ``"mute"``) for the job's alerts (docs/alerts.md).
         """
 
         def register(f: Callable[..., Any]) -> JobDef:
@@ -295,6 +372,10 @@ class App:
                 from firesafe.limits.api import job_limiters
 
                 jd.limiters = job_limiters(job_name, limiter, limiters)
+            if alert is not None:
+                from firesafe.alerts.policy import AlertPolicy
+
+                jd.alert = AlertPolicy.of(alert, job_name)
             self.jobs[job_name] = jd
             return jd
 
@@ -322,35 +403,40 @@ class App:
         """Declare a schedule: ``@app.schedule("0 2 * * *", tz="Europe/Berlin", catchup="all",
         catchup_window=timedelta(days=7))`` over a function ``(ctx, window)``.
 
-        Each window is a job keyed ``<name>@<window start>``, enqueued once when the window ends, by
-        the scheduler that runs inside workers. Options: ``tz``, ``catchup`` (all, latest, skip),
-        ``catchup_window``, ``grace``, ``name`` and the options of :meth:`job`. See docs/schedules.md.
+        Each window is a job keyed ``<name>@<window start>``, enqueued once when the window ends into
+        the schedule's ``queue`` (default ``default``), by the scheduler that runs inside the workers
+        serving that queue. Options: ``tz``, ``catchup`` (all, latest, skip), ``catchup_window``,
+        ``grace``, ``name`` and the options of :meth:`job`. See docs/schedules.md.
         """
         from firesafe.schedules.schedule import declare
 
         return declare(self, expression, **options)
 
     def backfill(self, name: str, start: Any, end: Any, *, dry_run: bool = False, rerun: str = "none",
-                 max_active: int | None = None, progress: Callable[[int, int], None] | None = None) -> Any:
+                 max_active: int | None = None, progress: Callable[[int, int], None] | None = None,
+                 actor: str | None = None, reason: str | None = None) -> Any:
         """Enqueue the windows of schedule ``name`` that start in [start, end) and have ended; each at
         most once, so it is safe to run again. ``rerun``: none, failed (dead or cancelled windows) or
-        all (finished ones too). Dates are whole days in the schedule's time zone."""
+        all (finished ones too). Dates are whole days in the schedule's time zone. Its events record
+        ``actor`` (default ``$FIRESAFE_ACTOR``, else user@host) and ``reason``."""
         from firesafe.schedules.backfill import backfill
 
         return backfill(self, name, start, end, dry_run=dry_run, rerun=rerun, max_active=max_active,
-                        progress=progress)
+                        progress=progress, actor=actor, reason=reason)
 
-    def schedule_pause(self, name: str) -> None:
-        """Pause a schedule: windows that end while it is paused are not run."""
+    def schedule_pause(self, name: str, *, actor: str | None = None, reason: str | None = None) -> None:
+        """Pause a schedule: windows that end while it is paused are not run. Recorded in the audit
+        log with ``actor`` (default ``$FIRESAFE_ACTOR``, else user@host) and ``reason``."""
         from firesafe.schedules.status import pause
 
-        pause(self, name, True)
+        pause(self, name, True, actor=actor, reason=reason)
 
-    def schedule_resume(self, name: str) -> None:
-        """Resume a paused schedule from now (backfill the paused range to run its windows)."""
+    def schedule_resume(self, name: str, *, actor: str | None = None, reason: str | None = None) -> None:
+        """Resume a paused schedule from now (backfill the paused range to run its windows). Recorded
+        in the audit log with ``actor`` and ``reason``."""
         from firesafe.schedules.status import pause
 
-        pause(self, name, False)
+        pause(self, name, False, actor=actor, reason=reason)
 
     def schedules_status(self) -> list[Any]:
         """Each schedule: expression, time zone, last and next window, counts of its windows."""
@@ -380,26 +466,28 @@ class App:
             raise InvalidInput(f"unknown state {state!r}: use one of {', '.join(s.value for s in State)}")
         return self.store.job_list(JobFilter(state=state, name=job, queue=queue, limit=limit, offset=offset))
 
-    def cancel(self, key: str, actor: str | None = None) -> str:
+    def cancel(self, key: str, actor: str | None = None, *, reason: str | None = None) -> str:
         """Cancel a waiting job at once, or ask a running one to stop (``ctx.cancelled``).
 
-        Returns ``"cancelled"``, ``"requested"`` or ``"finished"`` (it had already ended).
+        Returns ``"cancelled"``, ``"requested"`` or ``"finished"`` (it had already ended). The job's
+        event records ``actor`` (default ``$FIRESAFE_ACTOR``, else user@host) and ``reason``.
         """
-        from firesafe.deadletters.dlq import default_actor
+        from firesafe.deadletters.audit import actor_of, reason_of
 
         job = self.store.job_get(check_key(key))
         if job is None:
             raise JobNotFound(key)
-        return self.store.job_cancel(job.id, actor or default_actor())
+        return self.store.job_cancel(job.id, actor_of(actor), reason_of(reason))
 
     def rerun(self, key: str, *, from_step: str | None = None, from_scratch: bool = False,
-              actor: str | None = None) -> Job:
+              actor: str | None = None, reason: str | None = None) -> Job:
         """Run a finished job again under its key.
 
         By default it resumes: recorded steps are restored, not run again. ``from_step`` forgets
-        that step and every later one; ``from_scratch`` forgets them all.
+        that step and every later one; ``from_scratch`` forgets them all. The job's ``rerun`` event
+        records ``actor`` (default ``$FIRESAFE_ACTOR``, else user@host) and ``reason``.
         """
-        from firesafe.deadletters.dlq import default_actor
+        from firesafe.deadletters.audit import actor_of, reason_of
 
         if from_step is not None and from_scratch:
             raise InvalidInput("give from_step or from_scratch, not both")
@@ -414,7 +502,7 @@ class App:
                 names = ", ".join(s.name for s in steps) or "none recorded"
                 raise InvalidInput(f"job {key!r} has no recorded step {from_step!r} (steps: {names})")
             position = found[0]
-        if not self.store.job_rerun(job.id, actor or default_actor(), position):
+        if not self.store.job_rerun(job.id, actor_of(actor), position, reason_of(reason)):
             raise InvalidInput(f"job {key!r} is {job.state}; only a dead, cancelled or succeeded job can be rerun")
         self._wake_workers()
         return self.get(key)
@@ -455,7 +543,9 @@ class App:
         ``lanes``: claim loops sharing the ``concurrency`` threads, each with its own store
         connection (see docs/operations.md: 2 may help one process of very short jobs on PostgreSQL).
         ``pipeline``: store transactions kept in flight (default: 2 on PostgreSQL while prefetching,
-        else 1; see firesafe/worker/pipeline.py). Other options: see :class:`firesafe.worker.Worker`.
+        else 1; see firesafe/worker/pipeline.py). ``scheduler=False``: this worker enqueues no schedule
+        windows (by default it runs the scheduler of the schedules on its queues). Other options: see
+        :class:`firesafe.worker.Worker`.
         """
         w = self._runner(queues, lanes, burst=burst, concurrency=concurrency, **options)
         if threading.current_thread() is threading.main_thread() and not burst:

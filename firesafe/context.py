@@ -31,10 +31,13 @@ class Context:
     """Passed to every job function as ``ctx``."""
 
     def __init__(self, job: JobInfo, store: Any = None, app: Any = None, token: str = "",
-                 is_async: bool = False) -> None:
+                 is_async: bool = False, gate: Any = None) -> None:
         self.job = job
         self._store = store
         self._app = app
+        # The worker's limiters (firesafe.limits.gate.Gate), if its app declares some: asked just
+        # before the job's code runs, and told at once of a failure that carries a Retry-After.
+        self._gate = gate
         self._cancel = False  # set once by the worker loop; nothing waits on it, so a flag is enough
         self._token = token
         self._is_async = is_async

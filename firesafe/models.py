@@ -15,10 +15,14 @@ from firesafe.masking import mask_arguments
 from firesafe.sanitize import safe_str
 from firesafe.states import State
 
+#: Outcomes of a trace entry that is a failed attempt. A wait (``deferred``), an ``interrupted``
+#: attempt (given back at shutdown) and a ``cancelled`` one are not failures.
+FAILED_OUTCOMES = frozenset({"failed", "timed_out", "lost"})
+
 
 @dataclass(frozen=True)
 class Attempt:
-    """One attempt in a job's trace."""
+    """One entry in a job's trace: an attempt, or a wait (see :attr:`is_wait`)."""
 
     seq: int  # 1-based position in the trace, counting every claim
     attempt: int  # the attempt number within the retry budget
@@ -30,6 +34,16 @@ class Attempt:
     message: str | None = None
     traceback: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_wait(self) -> bool:
+        """A wait (a limiter or ``RetryAfter`` gave the claim back): not an attempt, not a failure."""
+        return self.outcome == "deferred"
+
+    @property
+    def is_failure(self) -> bool:
+        """An attempt that used its attempt and failed (raised, timed out, or lost its worker)."""
+        return self.outcome in FAILED_OUTCOMES
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -44,6 +58,71 @@ class Attempt:
             "traceback": self.traceback,
             "detail": self.detail,
         }
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One wait of a job: a limiter held it back (its rate, a pause, an open breaker, its
+    concurrency) or the job deferred itself with ``RetryAfter``. A wait uses no attempt and is no
+    failure; the trace records it with outcome ``deferred``."""
+
+    entry: Attempt
+    #: From the give-back to the job's next claim; for a job still waiting, to its planned turn.
+    seconds: float
+
+    @property
+    def limiter(self) -> str | None:
+        """The limiter that held the job back, or None (the job deferred itself)."""
+        value = self.entry.detail.get("limiter")
+        if isinstance(value, dict):
+            value = value.get("name")
+        return value if isinstance(value, str) else None
+
+    @property
+    def why(self) -> str:
+        """``rate``, ``paused``, ``breaker``, ``concurrency``... for a limiter; ``retry_after`` for
+        a job that deferred itself.
+
+        >>> t = datetime(2024, 5, 1, tzinfo=UTC)
+        >>> Wait(Attempt(1, 1, None, t, t, "deferred", detail={"limiter": "psp", "why": "paused"}), 2.0).why
+        'paused'
+        >>> Wait(Attempt(1, 1, None, t, t, "deferred", "HTTPStatusError"), 2.0).why
+        'retry_after'
+        """
+        d = self.entry.detail
+        inner = d.get("limiter")
+        why = inner.get("why") if isinstance(inner, dict) else d.get("why")
+        if isinstance(why, str) and why:
+            return why
+        return "limit" if self.limiter else "retry_after"
+
+    def describe(self) -> str:
+        """What held the job back, in a few words: ``limiter 'psp' (paused)`` or ``RetryAfter``."""
+        if self.limiter:
+            return f"limiter {self.limiter!r} ({self.why})"
+        kind = self.entry.error_type
+        return "RetryAfter" if kind in (None, "RetryAfter") else f"RetryAfter ({kind})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.entry.as_dict(), "seconds": round(self.seconds, 3), "limiter": self.limiter, "why": self.why}
+
+
+@dataclass(frozen=True)
+class Waits:
+    """A job's waits, apart from its attempts: how many and how long in all."""
+
+    items: tuple[Wait, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.items)
+
+    @property
+    def seconds(self) -> float:
+        return sum(w.seconds for w in self.items)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "seconds": round(self.seconds, 3), "items": [w.as_dict() for w in self.items]}
 
 
 @dataclass(frozen=True)
@@ -99,16 +178,66 @@ class Job:
         return f"<Job {self.key!r} {self.name} state={self.state} attempt={self.attempt}/{self.max_attempts}>"
 
     @property
-    def last_error(self) -> str | None:
+    def attempts(self) -> list[Attempt]:
+        """The trace's attempts, its waits left out."""
+        return [a for a in self.trace if not a.is_wait]
+
+    def waits(self) -> Waits:
+        """The trace's waits, each with how long the job waited: from the give-back to the next
+        entry's start, or, for a job still waiting, to the turn it was given (``run_at``)."""
+        items: list[Wait] = []
+        for i, a in enumerate(self.trace):
+            if not a.is_wait:
+                continue
+            until = self.trace[i + 1].started_at if i + 1 < len(self.trace) else (
+                self.run_at if self.state in (State.QUEUED, State.SCHEDULED) else None)
+            seconds = (until - a.ended_at).total_seconds() if until and a.ended_at else 0.0
+            items.append(Wait(a, max(0.0, seconds)))
+        return Waits(tuple(items))
+
+    @property
+    def last_failure(self) -> tuple[str, str] | None:
+        """The last failed attempt's error type and message, together; None if no attempt failed.
+        A wait is never a failure. Read from the trace when the job was read with it (``App.get``),
+        else from the job's row (lists), which keeps the last attempt's error."""
+        if self.trace:
+            for a in reversed(self.trace):
+                if a.is_failure:
+                    return (a.error_type or str(a.outcome), a.message or "")
+            return None
         if not self.error_type:
             return None
-        return f"{self.error_type}: {self.error_message or ''}".rstrip(": ")
+        return (self.error_type, self.error_message or "")
+
+    @property
+    def last_error(self) -> str | None:
+        """:attr:`last_failure` on one line: ``HTTPStatusError: 503 Service Unavailable``."""
+        failure = self.last_failure
+        if failure is None:
+            return None
+        return f"{failure[0]}: {failure[1]}" if failure[1] else failure[0]
+
+    @property
+    def recovered_after(self) -> int:
+        """For a succeeded job, how many attempts of its budget failed before the one that succeeded
+        (waits and interrupted attempts use none); 0 for any other job."""
+        return max(0, self.attempt - 1) if self.state == State.SUCCEEDED else 0
+
+    @property
+    def recovery(self) -> str | None:
+        """``succeeded after 2 failed attempts`` for a job that recovered, else None."""
+        n = self.recovered_after
+        if not n:
+            return None
+        return f"succeeded after {n} failed attempt{'s' if n != 1 else ''}"
 
     def masked_arguments(self) -> dict[str, Any]:
         return mask_arguments(self.args, self.kwargs, self.arg_names)
 
     def as_dict(self, *, with_trace: bool = True) -> dict[str, Any]:
-        """A JSON-ready view with secret-looking arguments masked."""
+        """A JSON-ready view with secret-looking arguments masked. With the trace: ``attempts`` (the
+        attempts only), ``waits`` (``{"count", "seconds", "items"}``) and ``trace`` (every entry in
+        order, attempts and waits)."""
         d: dict[str, Any] = {
             "key": self.key,
             "name": self.name,
@@ -128,10 +257,14 @@ class Job:
             "error_type": self.error_type,
             "error_message": self.error_message,
             "reason": self.reason,
+            "last_error": None if (f := self.last_failure) is None else {"error_type": f[0], "message": f[1]},
+            "recovered_after": self.recovered_after,
         }
         if self.unreadable is not None:
             d["unreadable"] = self.unreadable
         if with_trace:
+            d["attempts"] = [a.as_dict() for a in self.attempts]
+            d["waits"] = self.waits().as_dict()
             d["trace"] = [a.as_dict() for a in self.trace]
             d["events"] = [e.as_dict() for e in self.events]
         return d

@@ -17,21 +17,22 @@ SEVERITIES = ("critical", "warning", "info")
 class Kind:
     severity: str
     status: str  # "firing", "resolved" or "info"
-    what: str  # how an alert of this kind reads: "{n}" is the count, "{job}" the job name
+    what: str  # how an alert of this kind reads: "{n}" is the count, "{job}" the job name, "{subject}" what it names
+    resolves: str | None = None  # the kind whose problem this one reports as over
 
 
 #: Every kind of alert. Other parts record theirs with ``store.alert_record(kind, ...)``.
 KINDS: dict[str, Kind] = {
     "dead_letter": Kind("critical", "firing", "{n} job(s) of {job} dead-lettered"),
     "failure_rate": Kind("warning", "firing", "failure rate of {job} above the threshold"),
-    "failure_rate_resolved": Kind("info", "resolved", "failure rate of {job} back to normal"),
-    "queue_stuck": Kind("critical", "firing", "{n} queue(s) stuck"),
-    "queue_stuck_resolved": Kind("info", "resolved", "{n} queue(s) moving again"),
+    "failure_rate_resolved": Kind("info", "resolved", "failure rate of {job} back to normal", "failure_rate"),
+    "queue_stuck": Kind("critical", "firing", "{subject} stuck"),
+    "queue_stuck_resolved": Kind("info", "resolved", "{subject} moving again", "queue_stuck"),
     "schedule_missed": Kind("warning", "firing", "{n} window(s) of schedule {job} missed"),
     "backfill_started": Kind("info", "info", "backfill of {job} started"),
     "backfill_finished": Kind("info", "info", "backfill of {job} finished"),
     "breaker_opened": Kind("warning", "firing", "breaker of limiter {job} opened"),
-    "breaker_closed": Kind("info", "resolved", "breaker of limiter {job} closed"),
+    "breaker_closed": Kind("info", "resolved", "breaker of limiter {job} closed", "breaker_opened"),
     "test": Kind("info", "info", "test alert from firesafe"),
 }
 
@@ -45,17 +46,41 @@ def fmt_count(n: int) -> str:
     return f"{n:,}"
 
 
-def title(kind: str, job_name: str | None, count: int) -> str:
-    """The one-line summary of an alert.
+#: Subjects (queues, ...) a title names; more are counted.
+TITLE_SUBJECTS = 5
+
+
+def subject_text(noun: str, subjects: Sequence[str]) -> str:
+    """What a title names, as people read it.
+
+    >>> subject_text("queue", ["payments"]), subject_text("queue", ["a", "b"])
+    ('queue payments', 'queues a, b')
+    >>> subject_text("queue", [f"q{i}" for i in range(7)])
+    'queues q0, q1, q2, q3, q4 and 2 more'
+    """
+    names = list(dict.fromkeys(subjects))
+    if len(names) == 1:
+        return f"{noun} {names[0]}"
+    shown = ", ".join(names[:TITLE_SUBJECTS])
+    more = f" and {len(names) - TITLE_SUBJECTS} more" if len(names) > TITLE_SUBJECTS else ""
+    return f"{noun}s {shown}{more}" if names else f"{noun}s"
+
+
+def title(kind: str, job_name: str | None, count: int, subjects: Sequence[str] = (), why: str = "") -> str:
+    """The one-line summary of an alert; ``subjects`` are the queues a stuck-queue alert names,
+    ``why`` what is added after a colon.
 
     >>> title("dead_letter", "refund", 1000)
     '1,000 job(s) of refund dead-lettered'
     >>> title("failure_rate_resolved", "sync", 1)
     'failure rate of sync back to normal'
+    >>> title("queue_stuck", None, 2, ["payments", "default"], "no live worker")
+    'queues payments, default stuck: no live worker'
     """
     spec = KINDS.get(kind)
     what = spec.what if spec else kind.replace("_", " ")
-    return what.format(n=fmt_count(count), job=job_name or "-")
+    text = what.format(n=fmt_count(count), job=job_name or "-", subject=subject_text("queue", subjects))
+    return f"{text}: {why}" if why else text
 
 
 def worst(severities: Iterable[str]) -> str:
@@ -71,18 +96,24 @@ def worst(severities: Iterable[str]) -> str:
 # -- grouping ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Event:
-    """One pending alert event, as much of it as grouping needs."""
+    """One pending alert event, as much of it as grouping needs: ``severity`` and ``muted`` are the
+    verdict of the job's alert policy (see :mod:`firesafe.alerts.policy`)."""
 
     id: int
     kind: str
     job_name: str | None
     severity: str
     created_at: float
+    muted: bool = False
+
+    @property
+    def group(self) -> GroupKey:
+        return (self.kind, self.job_name, self.severity, self.muted)
 
 
 @dataclass(frozen=True)
 class Batch:
-    """Events that leave as one alert."""
+    """Events that leave as one alert: one kind, one job name, one severity, muted or not."""
 
     kind: str
     job_name: str | None
@@ -90,18 +121,21 @@ class Batch:
     event_ids: tuple[int, ...]
     first_at: float
     last_at: float
+    muted: bool = False
 
     @property
     def count(self) -> int:
         return len(self.event_ids)
 
 
-GroupKey = tuple[str, str | None]
+#: A group of events: (kind, job name, severity, muted). Events of different severities never
+#: share an alert, nor do muted and sent ones.
+GroupKey = tuple[str, str | None, str, bool]
 
 
 def plan(pending: Sequence[Event], last_sent: Mapping[GroupKey, float], now: float, *, wait: float,
          interval: float, force: bool = False) -> list[Batch]:
-    """Group pending events by kind and job name into the alerts to send now.
+    """Group pending events by kind, job name, severity and muting into the alerts to send now.
 
     A group leaves once its oldest event has waited ``wait`` seconds (so the events of a storm
     gather first) and at least ``interval`` seconds after the group's previous alert; all of its
@@ -113,15 +147,19 @@ def plan(pending: Sequence[Event], last_sent: Mapping[GroupKey, float], now: flo
     [('dead_letter', 'refund', 1000)]
     >>> plan(storm, {}, 102.0, wait=5, interval=60)   # still gathering
     []
-    >>> plan(storm, {("dead_letter", "refund"): 90.0}, 115.0, wait=5, interval=60)   # sent one at 90
+    >>> key = ("dead_letter", "refund", "critical", False)
+    >>> plan(storm, {key: 90.0}, 115.0, wait=5, interval=60)   # sent one at 90
     []
-    >>> [b.count for b in plan(storm, {("dead_letter", "refund"): 50.0}, 115.0, wait=5, interval=60)]
+    >>> [b.count for b in plan(storm, {key: 50.0}, 115.0, wait=5, interval=60)]
     [1000]
+    >>> mixed = storm[:2] + [Event(5000, "dead_letter", "refund", "info", 100.0, muted=True)]
+    >>> [(b.severity, b.muted, b.count) for b in plan(mixed, {}, 115.0, wait=5, interval=60)]
+    [('critical', False, 2), ('info', True, 1)]
     """
     groups: dict[GroupKey, list[Event]] = {}
     for e in pending:
         if e.created_at <= now or force:
-            groups.setdefault((e.kind, e.job_name), []).append(e)
+            groups.setdefault(e.group, []).append(e)
     batches = []
     for key, events in groups.items():
         oldest = min(e.created_at for e in events)
@@ -130,8 +168,8 @@ def plan(pending: Sequence[Event], last_sent: Mapping[GroupKey, float], now: flo
         if not ready:
             continue
         events.sort(key=lambda e: (e.created_at, e.id))
-        batches.append(Batch(key[0], key[1], worst(e.severity for e in events), tuple(e.id for e in events),
-                             events[0].created_at, events[-1].created_at))
+        batches.append(Batch(key[0], key[1], key[2], tuple(e.id for e in events), events[0].created_at,
+                             events[-1].created_at, key[3]))
     batches.sort(key=lambda b: (b.first_at, b.event_ids[0]))
     return batches
 
@@ -144,7 +182,7 @@ def next_ready(pending: Sequence[Event], last_sent: Mapping[GroupKey, float], no
     >>> storm = [Event(i, "dead_letter", "refund", "critical", 100.0) for i in range(3)]
     >>> next_ready(storm, {}, 101.0, wait=5, interval=60)
     4.0
-    >>> next_ready(storm, {("dead_letter", "refund"): 90.0}, 101.0, wait=5, interval=60)
+    >>> next_ready(storm, {("dead_letter", "refund", "critical", False): 90.0}, 101.0, wait=5, interval=60)
     5
     >>> next_ready([], {}, 101.0, wait=5, interval=60)
     5
@@ -152,8 +190,7 @@ def next_ready(pending: Sequence[Event], last_sent: Mapping[GroupKey, float], no
     soonest = wait
     oldest: dict[GroupKey, float] = {}
     for e in pending:
-        key = (e.kind, e.job_name)
-        oldest[key] = min(oldest.get(key, e.created_at), e.created_at)
+        oldest[e.group] = min(oldest.get(e.group, e.created_at), e.created_at)
     for key, first in oldest.items():
         previous = last_sent.get(key)
         at = max(first + wait, previous + interval if previous is not None else first)

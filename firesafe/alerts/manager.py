@@ -9,18 +9,20 @@ deliveries, never job processing (the dispatcher runs in threads of its own).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from firesafe.alerts import render
 from firesafe.alerts.grouping import KINDS, Event, next_ready, plan, rate_transition, stuck_reason
+from firesafe.alerts.policy import verdict
 from firesafe.alerts.sinks import DeliveryError, Sink, unique_names
 from firesafe.alerts.store import AlertRecord, NewAlert, OutboxEvent
 from firesafe.errors import ConfigError, StoreError
@@ -159,7 +161,7 @@ class Alerts:
             return []
         now = store.now()
         last = {} if force else store.alert_last_sent(now - rules.group_interval)
-        events = [Event(e.id, e.kind, e.job_name, e.severity, e.created_at) for e in pending]
+        events = [self._event(e) for e in pending]
         batches = plan(events, last, now, wait=rules.group_wait, interval=rules.group_interval, force=force)
         sent = {i for b in batches for i in b.event_ids}
         self.next_group_in = next_ready([e for e in events if e.id not in sent], last, now, wait=rules.group_wait,
@@ -170,11 +172,16 @@ class Alerts:
             events = [by_id[i] for i in b.event_ids]
             doc = self._document(b.kind, b.job_name, b.severity, events)
             spec = KINDS.get(b.kind)
+            status = spec.status if spec else "firing"
+            if b.muted:  # recorded (alerts ls, the dashboard), sent to no sink
+                doc["muted"] = True
+                status = "muted"
+            sinks = [] if b.muted else [s.name for s in self.sinks if s.accepts(b.kind, b.severity)]
             alert_id = store.alert_create(NewAlert(
-                kind=b.kind, severity=b.severity, status=spec.status if spec else "firing", job_name=b.job_name,
+                kind=b.kind, severity=b.severity, status=status, job_name=b.job_name,
                 count=b.count, first_at=b.first_at, last_at=b.last_at, title=doc["title"],
                 document=json.dumps(doc, sort_keys=True, default=str), event_ids=b.event_ids,
-                sinks=[s.name for s in self.sinks]))
+                sinks=sinks))
             if alert_id is None:
                 log.debug("events of %s/%s were grouped by another dispatcher", b.kind, b.job_name)
                 continue
@@ -183,19 +190,16 @@ class Alerts:
             self._wake.set()
         return created
 
+    def _event(self, e: OutboxEvent) -> Event:
+        """The event as grouping sees it, with the verdict of its job's alert policy."""
+        job = self.app.jobs.get(e.job_name) if e.job_name else None
+        v = verdict(e.kind, e.payload, getattr(job, "alert", None), e.severity)
+        return Event(e.id, e.kind, e.job_name, v.severity, e.created_at, v.muted)
+
     def _document(self, kind: str, job_name: str | None, severity: str, events: list[OutboxEvent]) -> dict[str, Any]:
         store: Any = self.app.store
-        keys: list[str] = []
-        for e in events:
-            for k in e.keys:
-                if k not in keys:
-                    keys.append(k)
-                if len(keys) >= render.MAX_JOBS:
-                    break
-            if len(keys) >= render.MAX_JOBS:
-                break
         jobs, steps = [], {}
-        for key in keys:
+        for key in render.sample_keys(events):
             job = store.job_get(key, full=True)
             if job is None:  # pruned meanwhile: its event still says what happened
                 continue
@@ -349,7 +353,7 @@ class Alerts:
                 + (f": {d.last_error}" if d.last_error and d.state != "delivered" else "") for d in a.deliveries)
             rows.append({"id": a.id, "created_at": render.iso(a.created_at), "severity": a.severity,
                          "status": a.status, "kind": a.kind, "job": a.job_name, "count": a.count, "title": a.title,
-                         "delivery": delivery or "no sink configured"})
+                         "delivery": delivery or undelivered_note(a, bool(self.sinks))})
         return rows
 
     def prune(self) -> int:
@@ -357,11 +361,44 @@ class Alerts:
 
     # -- the duty ----------------------------------------------------------------------------
     def _start_duty(self, worker: Any) -> Callable[[], None] | None:
+        return self.start_dispatcher(getattr(worker, "id", f"pid-{id(worker)}"))
+
+    def start_dispatcher(self, holder: str) -> Callable[[], None] | None:
+        """Run the dispatcher in this process (threads of its own) under the name ``holder``; returns
+        its stop function, or None when there is nothing to dispatch (no sinks or rules, or
+        ``dispatch=False``). Workers run it; so do ``firesafe dashboard`` and ``firesafe serve``, so
+        that alerts leave (and the stuck-queue rule is checked) while no worker runs."""
         if not self.active:
             return None
-        dispatcher = Dispatcher(self, getattr(worker, "id", f"pid-{id(worker)}"))
+        dispatcher = Dispatcher(self, holder)
         dispatcher.start()
         return dispatcher.stop
+
+    @contextlib.contextmanager
+    def dispatching(self, holder: str, enabled: bool = True) -> Iterator[bool]:
+        """Run the dispatcher while the block runs (if ``enabled`` and there is anything to
+        dispatch); yields whether it runs."""
+        stop = self.start_dispatcher(holder) if enabled else None
+        try:
+            yield stop is not None
+        finally:
+            if stop is not None:
+                stop()
+
+
+def undelivered_note(a: AlertRecord, sinks: bool | None = None) -> str:
+    """What the delivery column says of an alert that went to no sink (``sinks``: whether the app
+    that tells has any; None: not known, the app was opened from its store alone).
+
+    >>> from firesafe.alerts.store import AlertRecord
+    >>> undelivered_note(AlertRecord(1, "dead_letter", "info", "muted", "charge", 3, 0, 0, "t", 0, {}))
+    'muted: recorded, sent to no sink'
+    """
+    if a.status == "muted":
+        return "muted: recorded, sent to no sink"
+    if sinks is None:
+        return "sent to no sink"
+    return f"no sink takes {a.severity} alerts" if sinks else "no sink configured"
 
 
 class Dispatcher:

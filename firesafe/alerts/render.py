@@ -21,8 +21,11 @@ from firesafe.masking import mask, mask_text
 from firesafe.models import Job
 
 VERSION = 1
-#: Jobs whose whole trace an alert carries (the others are counted and their keys listed).
+#: Jobs whose whole trace an alert carries at least (the others are counted and their keys listed),
+#: when the alert counts so many...
 MAX_JOBS = 3
+#: ... and at most: one sample job per error group the alert counts, up to this many.
+MAX_SAMPLES = 10
 #: Keys listed by one alert.
 MAX_KEYS = 50
 #: Attempts shown per job: the first and the last ones when a job has more.
@@ -82,9 +85,25 @@ def attempt_view(a: Any, last: bool) -> dict[str, Any]:
     }
 
 
+def tally(attempts: int, waits: Mapping[str, Any] | None) -> str:
+    """A job's attempts and waits in one phrase.
+
+    >>> tally(6, {"count": 7, "seconds": 12.4}), tally(1, {"count": 0, "seconds": 0.0})
+    ('6 attempts, 7 waits (12.4 s)', '1 attempt')
+    """
+    text = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+    n = int((waits or {}).get("count") or 0)
+    if n:
+        text += f", {n} wait{'s' if n != 1 else ''} ({float(waits['seconds']):.3g} s)"  # type: ignore[index]
+    return text
+
+
 def job_view(job: Job, steps: Sequence[Any] = (), dashboard: str | None = None) -> dict[str, Any]:
-    """One job of an alert: its state, masked arguments, every attempt and the steps it completed."""
-    trace = list(job.trace)
+    """One job of an alert: its state, masked arguments, every attempt (waits apart: how many, how
+    long) and the steps it completed."""
+    trace = job.attempts  # waits apart: Job.waits(), the one reckoning `firesafe show` and the dashboard use
+    attempts = len(trace)
+    waits = job.waits()
     omitted = 0
     if len(trace) > MAX_ATTEMPTS:
         head = MAX_ATTEMPTS // 5
@@ -99,6 +118,8 @@ def job_view(job: Job, steps: Sequence[Any] = (), dashboard: str | None = None) 
         "error": mask_text(job.last_error) if job.last_error else None,
         "arguments": job.masked_arguments(),
         "attempts": [attempt_view(a, i == len(trace) - 1) for i, a in enumerate(trace)],
+        "attempt_count": attempts,
+        "waits": {"count": waits.count, "seconds": round(waits.seconds, 3)},
         "steps": [{"name": s.name, "position": s.position, "recorded_at": iso(s.recorded_at)} for s in steps],
         "show": show_command(job.key),
     }
@@ -107,6 +128,58 @@ def job_view(job: Job, steps: Sequence[Any] = (), dashboard: str | None = None) 
     if omitted:
         view["attempts_omitted"] = omitted
     return view
+
+
+def sample_keys(events: Sequence[OutboxEvent]) -> list[str]:
+    """The keys of the jobs an alert carries the trace of: at least one per error group it counts
+    (the error type of each event's job), most common group first, then taken in turn from each
+    group; :data:`MAX_JOBS` of them, or one per group up to :data:`MAX_SAMPLES`.
+
+    >>> def ev(i, error):
+    ...     return OutboxEvent(i, "dead_letter", "critical", "sync", i, [f"k{i}"], {"error_type": error}, float(i))
+    >>> sample_keys([ev(1, "KeyError"), ev(2, "OSError"), ev(3, "KeyError")] + [ev(i, "HTTPStatusError")
+    ...                                                                          for i in range(4, 11)])
+    ['k4', 'k1', 'k2']
+    >>> sample_keys([ev(i, "KeyError") for i in range(5)])
+    ['k0', 'k1', 'k2']
+    """
+    groups: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for e in events:
+        group = groups.setdefault(str(e.payload.get("error_type") or "-"), [])
+        for k in e.keys:
+            if k not in seen:
+                seen.add(k)
+                group.append(k)
+    ordered = sorted(groups.values(), key=len, reverse=True)  # stable: first seen first among equals
+    limit = min(MAX_SAMPLES, max(MAX_JOBS, len(ordered)))
+    keys: list[str] = []
+    for depth in range(limit):
+        for group in ordered:
+            if depth < len(group) and len(keys) < limit:
+                keys.append(group[depth])
+        if len(keys) >= limit:
+            break
+    return keys
+
+
+def stuck_why(events: Sequence[OutboxEvent]) -> str:
+    """Why the queues of a stuck-queue alert are stuck, for its title.
+
+    >>> def ev(reason, age):
+    ...     return OutboxEvent(1, "queue_stuck", "critical", None, None, [], {"reason": reason,
+    ...                        "oldest_waiting_seconds": age}, 0.0)
+    >>> stuck_why([ev("no_worker", 95.0)]), stuck_why([ev("too_old", 960.0), ev("too_old", 1200.0)])
+    ('no live worker', 'oldest job waiting 20 min')
+    """
+    reasons = {e.payload.get("reason") for e in events}
+    if reasons == {"no_worker"}:
+        return "no live worker"
+    age = max((float(e.payload.get("oldest_waiting_seconds") or 0.0) for e in events), default=0.0)
+    waited = f"{age / 60:.0f} min" if age >= 120 else f"{age:.0f} s"
+    if reasons == {"too_old"}:
+        return f"oldest job waiting {waited}"
+    return f"no live worker, or jobs waiting up to {waited}" if reasons else ""
 
 
 def build(kind: str, job_name: str | None, severity: str, events: Sequence[OutboxEvent], jobs: Sequence[Job],
@@ -123,12 +196,14 @@ def build(kind: str, job_name: str | None, severity: str, events: Sequence[Outbo
                 seen.add(k)
                 keys.append(k)
     spec = KINDS.get(kind)
+    queues = [str(e.payload["queue"]) for e in events if e.payload.get("queue")] if kind.startswith("queue_") else []
+    why = stuck_why(events) if kind == "queue_stuck" else ""
     doc: dict[str, Any] = {
         "version": VERSION,
         "kind": kind,
         "status": spec.status if spec else "firing",
         "severity": severity,
-        "title": title(kind, job_name, count),
+        "title": title(kind, job_name, count, queues, why),
         "job_name": job_name,
         "count": count,
         "count_text": fmt_count(count),
@@ -144,7 +219,9 @@ def build(kind: str, job_name: str | None, severity: str, events: Sequence[Outbo
         }
     else:
         doc["details"] = [mask(e.payload) for e in events[:MAX_DETAILS]]
-    shown = [job_view(j, (steps or {}).get(j.key, ()), dashboard) for j in jobs[:MAX_JOBS]]
+    if queues:
+        doc["queues"] = list(dict.fromkeys(queues))
+    shown = [job_view(j, (steps or {}).get(j.key, ()), dashboard) for j in jobs[:MAX_SAMPLES]]
     doc["jobs"] = shown
     doc["jobs_omitted"] = max(0, len(keys) - len(shown))
     commands = [j["show"] for j in shown]
@@ -186,6 +263,7 @@ def to_text(doc: Mapping[str, Any], *, tracebacks: bool = True) -> str:
                   f"  arguments: {job['arguments']}"]
         if job.get("dashboard"):
             lines.append(f"  {job['dashboard']}")
+        lines.append(f"  {tally(job.get('attempt_count', len(job['attempts'])), job.get('waits'))}")
         if job.get("attempts_omitted"):
             lines.append(f"  ({job['attempts_omitted']} attempts in the middle not shown)")
         for a in job["attempts"]:
@@ -255,8 +333,9 @@ def to_slack(doc: Mapping[str, Any]) -> dict[str, Any]:
     if summary.get("errors"):
         errors = ", ".join(f"`{e(k)}` x{fmt_count(v)}" for k, v in summary["errors"].items())
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"*Errors:* {errors}"[:SLACK_SECTION]}})
-    for job in (doc.get("jobs") or [])[:MAX_JOBS]:
-        lines = [f"{e(job['key'])} ({e(job['state'])})"]
+    for job in (doc.get("jobs") or [])[:MAX_SAMPLES]:
+        lines = [f"{e(job['key'])} ({e(job['state'])}): "
+                 f"{e(tally(job.get('attempt_count', len(job['attempts'])), job.get('waits')))}"]
         for a in job["attempts"]:
             error = f" {e(a['error_type'])}: {e(a['message'])}" if a.get("error_type") else ""
             lines.append(f"#{e(a['seq'])} {e(a['started_at'])} {e(a['outcome'])}{error}")

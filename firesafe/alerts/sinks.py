@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from firesafe.alerts.addresses import special_range
+from firesafe.alerts.policy import check_routing, route_severity
 from firesafe.alerts.render import subject, to_slack, to_text
 from firesafe.errors import ConfigError
 from firesafe.masking import redact_url
@@ -47,20 +48,33 @@ class DeliveryError(Exception):
 
 
 class Sink:
-    """Base class of the places alerts go. ``name`` identifies the sink in the delivery history."""
+    """Base class of the places alerts go. ``name`` identifies the sink in the delivery history.
+
+    Routing: a sink takes alerts of every severity, or those of ``severities=(...)``, or those of
+    ``min_severity`` and above (``Slack(url, min_severity="warning")``, a pager
+    ``Webhook(url, secret, severities=("critical",))``). A resolution goes where what it resolves
+    went; a test alert goes to every sink.
+    """
 
     kind = "sink"
 
-    def __init__(self, name: str | None = None, *, timeout: float = 10.0) -> None:
+    def __init__(self, name: str | None = None, *, timeout: float = 10.0, severities: Sequence[str] | None = None,
+                 min_severity: str | None = None) -> None:
         if not isinstance(timeout, (int, float)) or timeout <= 0:
             raise ConfigError(f"{type(self).__name__}: timeout must be > 0 seconds")
         self.name = name or self.default_name()
         if not self.name or len(self.name) > 200:
             raise ConfigError(f"{type(self).__name__}: name must be 1 to 200 characters")
         self.timeout = float(timeout)
+        self.severities = check_routing(severities, min_severity, type(self).__name__)
 
     def default_name(self) -> str:
         return self.kind
+
+    def accepts(self, kind: str, severity: str) -> bool:
+        """Whether an alert of ``kind`` and ``severity`` goes to this sink."""
+        taken = getattr(self, "severities", None)  # a subclass that skipped Sink.__init__ takes every one
+        return kind == "test" or taken is None or route_severity(kind, severity) in taken
 
     def deliver(self, document: Mapping[str, Any], attempt: int = 1) -> None:
         """Send one alert; raise :class:`DeliveryError` if it did not arrive."""
@@ -77,8 +91,9 @@ class Log(Sink):
     kind = "log"
 
     def __init__(self, logger: str | logging.Logger = "firesafe.alerts", *, name: str | None = None,
-                 tracebacks: bool = True) -> None:
-        super().__init__(name)
+                 tracebacks: bool = True, severities: Sequence[str] | None = None,
+                 min_severity: str | None = None) -> None:
+        super().__init__(name, severities=severities, min_severity=min_severity)
         self.logger = logger if isinstance(logger, logging.Logger) else logging.getLogger(logger)
         self.tracebacks = tracebacks
 
@@ -225,7 +240,8 @@ class HTTPSink(Sink):
     """What the webhook and Slack sinks share: a POST of JSON with the address rules above."""
 
     def __init__(self, url: str, *, name: str | None = None, timeout: float = 10.0,
-                 allow_private: bool = False) -> None:
+                 allow_private: bool = False, severities: Sequence[str] | None = None,
+                 min_severity: str | None = None) -> None:
         self.scheme, self.host, self.port = _check_http_url(url, type(self).__name__)
         self.url = url
         self.allow_private = bool(allow_private)
@@ -239,7 +255,7 @@ class HTTPSink(Sink):
                 shown = self.host if literal == self.host else f"{self.host} ({literal})"
                 raise ConfigError(f"{type(self).__name__}: {shown} is {problem}; alerts go only to "
                                   "public addresses unless you pass allow_private=True")
-        super().__init__(name, timeout=timeout)
+        super().__init__(name, timeout=timeout, severities=severities, min_severity=min_severity)
 
     def default_name(self) -> str:
         return f"{self.kind}:{self.host}"
@@ -358,12 +374,14 @@ class Webhook(HTTPSink):
     kind = "webhook"
 
     def __init__(self, url: str, secret: str, *, name: str | None = None, timeout: float = 10.0,
-                 allow_private: bool = False, headers: Mapping[str, str] | None = None) -> None:
+                 allow_private: bool = False, headers: Mapping[str, str] | None = None,
+                 severities: Sequence[str] | None = None, min_severity: str | None = None) -> None:
         if not isinstance(secret, (str, bytes)) or not secret:
             raise ConfigError("Webhook: give a non-empty secret; receivers check the signature with it")
         self.secret = secret
         self.headers = dict(headers or {})
-        super().__init__(url, name=name, timeout=timeout, allow_private=allow_private)
+        super().__init__(url, name=name, timeout=timeout, allow_private=allow_private, severities=severities,
+                         min_severity=min_severity)
 
     def __repr__(self) -> str:  # never the secret, nor the URL's path (it may hold a token)
         return f"<Webhook {self.name}>"
@@ -403,7 +421,8 @@ class Email(Sink):
     kind = "email"
 
     def __init__(self, smtp: str = "smtp://localhost:25", to: Sequence[str] | str = (), *,
-                 sender: str | None = None, name: str | None = None, timeout: float = 10.0) -> None:
+                 sender: str | None = None, name: str | None = None, timeout: float = 10.0,
+                 severities: Sequence[str] | None = None, min_severity: str | None = None) -> None:
         example = "smtp://host:port or smtps://host:port"
         parts, port = split_url(smtp, ("smtp", "smtps"), "Email", example)
         if not parts.hostname:
@@ -420,7 +439,7 @@ class Email(Sink):
             raise ConfigError("Email: give to=[...] with at least one address like oncall@example.com")
         self.to = recipients
         self.sender = sender or f"firesafe@{socket.gethostname() or 'localhost'}"
-        super().__init__(name, timeout=timeout)
+        super().__init__(name, timeout=timeout, severities=severities, min_severity=min_severity)
 
     def __repr__(self) -> str:
         return f"<Email {self.name} via {self.host}:{self.port}>"

@@ -152,8 +152,9 @@ class AlertStore(Protocol):
         """Events not grouped yet, oldest first."""
         ...
 
-    def alert_last_sent(self, since: float) -> dict[tuple[str, str | None], float]:
-        """When each (kind, job name) group last became an alert, for alerts made at or after ``since``."""
+    def alert_last_sent(self, since: float) -> dict[tuple[str, str | None, str, bool], float]:
+        """When each (kind, job name, severity, muted) group last became an alert, for alerts made at
+        or after ``since`` (an alert is muted when its status is ``muted``)."""
         ...
 
     def alert_create(self, new: NewAlert) -> int | None:

@@ -79,8 +79,9 @@ class AlertsPostgres:
     def alert_waiting(self) -> int:
         return int(self._read("alert_waiting")[0]["n"])
 
-    def alert_last_sent(self, since: float) -> dict[tuple[str, str | None], float]:
-        return {(r["kind"], r["job_name"]): r["at"] for r in self._read("alert_last_sent", {"since": since})}
+    def alert_last_sent(self, since: float) -> dict[tuple[str, str | None, str, bool], float]:
+        return {(r["kind"], r["job_name"], r["severity"], bool(r["muted"])): r["at"]
+                for r in self._read("alert_last_sent", {"since": since})}
 
     def alert_create(self, new: NewAlert) -> int | None:
         with self._conn() as c:

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from firesafe.alerts.grouping import KINDS
+from firesafe.alerts.manager import undelivered_note
 from firesafe.alerts.store import AlertRecord, Delivery
 from firesafe.cli._common import console, data, echo_json, fail, iso_time, json_option, open_app, plain, store_option
 from firesafe.masking import mask_text
@@ -97,7 +98,7 @@ def ls(kind: str | None, limit: int, full: bool, as_json: bool, store_url: str |
         for a in found:
             severity = "resolved" if a.status == "resolved" else a.severity
             deliveries = Text("\n").join(delivery_text(d) for d in a.deliveries) if a.deliveries else Text(
-                "no sink configured", style="dim")
+                undelivered_note(a, bool(app.alerts.sinks) or None), style="dim")
             table.add_row(str(a.id), _when(a.created_at), data(severity, style=SEVERITY_STYLE.get(severity, "green")),
                           data(a.kind), data(a.job_name or "-"), f"{a.count:,}", data(a.title), deliveries)
         out.print(table)

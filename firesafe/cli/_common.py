@@ -281,12 +281,54 @@ def not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     return value
 
 
+def _remember_app(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """``--app`` names the store through the app: kept for :func:`store_url_of` (commands never see it)."""
+    if value is not None and not value.strip():
+        raise click.UsageError("--app is empty (leave it out for --store, $FIRESAFE_STORE or $FIRESAFE_APP)", ctx)
+    if value is not None:
+        ctx.meta["firesafe.app"] = value.strip()
+
+
 def store_option(f: F) -> F:
+    """``--store URL`` and ``--app MODULE:APP`` (the store that app names), for a command that needs
+    only the store; see :func:`store_url_of` for which one wins."""
+    f = click.option(
+        "--app", "app_target", metavar="MODULE:APP", default=None, expose_value=False, callback=_remember_app,
+        help="Use the store this app names (else $FIRESAFE_APP when neither --store nor $FIRESAFE_STORE is "
+             "set); imports the module, as `firesafe worker` does.",
+    )(f)
     return click.option(
         "--store", "store_url", metavar="URL", default=None, callback=not_empty,
-        help="Store URL (else $FIRESAFE_STORE, else sqlite:///firesafe.db), "
-             "e.g. sqlite:///jobs.db or postgresql://user@host:5432/db.",
+        help="Store URL (else the store of --app, else $FIRESAFE_STORE, else $FIRESAFE_APP's store, else "
+             "sqlite:///firesafe.db), e.g. sqlite:///jobs.db or postgresql://user@host:5432/db.",
     )(f)
+
+
+def store_url_of(store_url: str | None) -> str:
+    """The store a command works on: ``--store``, else the store of ``--app``, else
+    ``$FIRESAFE_STORE``, else the store of ``$FIRESAFE_APP``, else ``sqlite:///firesafe.db``. A flag
+    beats a variable, and at each level the store's URL beats the app that names one."""
+    ctx = click.get_current_context(silent=True)
+    target = ctx.meta.get("firesafe.app") if ctx is not None else None
+    if store_url is not None and target is not None:
+        raise click.UsageError("give --store or --app, not both (--app uses the store the app names)")
+    if store_url is not None:
+        return store_url
+    if target is None and not os.environ.get("FIRESAFE_STORE"):
+        target = os.environ.get("FIRESAFE_APP", "").strip() or None
+    if target is None:
+        return resolve_url(None)
+    from firesafe.cli._loader import load_app
+
+    return load_app(target).store_url
+
+
+def actor_options(f: F) -> F:
+    """``--actor NAME`` and ``--reason TEXT``: who makes a change and why, recorded with it."""
+    f = click.option("--reason", metavar="TEXT", default=None, callback=not_empty,
+                     help="Why: recorded with the change (shown by `firesafe show`, the dashboard and --json).")(f)
+    return click.option("--actor", metavar="NAME", default=None, callback=not_empty,
+                        help="Who: recorded with the change (else $FIRESAFE_ACTOR, else user@host).")(f)
 
 
 def json_option(f: F) -> F:
@@ -298,12 +340,15 @@ def open_app(store_url: str | None) -> App:
 
     Raises a clear error when the store does not exist yet, rather than creating an empty one.
     """
-    url = resolve_url(store_url)
+    url = store_url_of(store_url)
     shown = safe_url(url)
     store = open_store(url)
     path = getattr(store, "path", None)
     if store.dialect == "sqlite" and path and not os.path.exists(path):
-        raise fail(f"no firesafe store at {shown}: {path} does not exist (run firesafe migrate to create it)")
+        store.close()
+        raise fail(f"no store at {path}: the file does not exist, and nothing was created. Check --store, --app, "
+                   "$FIRESAFE_STORE or $FIRESAFE_APP (to start a new, empty store there instead: run `firesafe "
+                   f"migrate --store {shown}`)")
     ctx = click.get_current_context(silent=True)
     try:
         version = store.schema_version()
@@ -366,6 +411,7 @@ __all__ = [
     "JSONValue",
     "PointInTime",
     "a_or_an",
+    "actor_options",
     "check_port",
     "confirm_bulk",
     "console",
@@ -383,4 +429,5 @@ __all__ = [
     "plain",
     "safe_url",
     "store_option",
+    "store_url_of",
 ]

@@ -12,6 +12,7 @@ from firesafe.app import App
 from firesafe.cli._common import (
     Duration,
     PointInTime,
+    actor_options,
     confirm_bulk,
     console,
     data,
@@ -22,6 +23,7 @@ from firesafe.cli._common import (
     store_option,
 )
 from firesafe.cli._render import dead_table, masked_job_dict, render_job
+from firesafe.deadletters.audit import actor_of, reason_of
 from firesafe.states import State
 
 F = Callable[..., Any]
@@ -40,6 +42,11 @@ def filter_options(f: F) -> F:
     return f
 
 
+def _dead_reason(*names: str) -> Callable[[F], F]:
+    return click.option(*names, "dead_reason", metavar="REASON",
+                        help="Only jobs that died for this reason: exhausted, permanent, worker_lost, limiter, ...")
+
+
 @click.group(short_help="Review dead letters: ls, show, replay, discard, purge.")
 def dlq() -> None:
     """The dead-letter queue: dead jobs keep their arguments, reason and every attempt.
@@ -47,41 +54,56 @@ def dlq() -> None:
     \b
     Examples:
       firesafe dlq ls --job refund --since 1d
+      firesafe dlq ls --reason exhausted --limit 20 --json
       firesafe dlq show refund:o-9
       firesafe dlq replay --job refund --error TimeoutError --dry-run
-      firesafe dlq replay refund:o-9
-      firesafe dlq discard --until 7d --yes
+      firesafe dlq replay refund:o-9 --reason "provider fixed"
+      firesafe dlq discard --until 7d --yes --reason "obsolete orders"
       firesafe dlq purge --older-than 30d
     """
 
 
 @dlq.command("ls")
 @filter_options
-@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@_dead_reason("--reason", "--dead-reason")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True, help="Jobs per page.")
+@click.option("--offset", type=click.IntRange(0, None), default=0, show_default=True,
+              help="Skip this many jobs (the page at offset N).")
+@click.option("--after", "after", metavar="CURSOR", default=None,
+              help="The page after CURSOR: the \"next\" that the previous page printed.")
 @json_option
 @store_option
 def ls(job: str | None, error: str | None, queue: str | None, since: float | None, until: float | None,
-       limit: int, as_json: bool, store_url: str | None) -> None:
-    """List dead jobs, newest first.
+       dead_reason: str | None, limit: int, offset: int, after: str | None, as_json: bool,
+       store_url: str | None) -> None:
+    """List dead jobs, the last to die first, a page at a time.
+
+    A page ends with the cursor of the next one: `--after CURSOR` gets it, and stays right while
+    more jobs die (an `--offset` would shift). With --json it prints {"total", "items", "next"}:
+    how many dead jobs match the filters, this page's jobs, and the next page's cursor (null on
+    the last page).
 
     \b
     Examples:
       firesafe dlq ls
-      firesafe dlq ls --job refund --error TimeoutError --since 2h --json
+      firesafe dlq ls --reason exhausted --job refund --since 2h --json
+      firesafe dlq ls --limit 100 --after 1714521600.25:42
     """
     app = open_app(store_url)
-    filters = {"job": job, "error": error, "queue": queue, "since": since, "until": until}
-    found = app.dlq.list(limit=limit, **filters)
+    page = app.dlq.page(job=job, error=error, queue=queue, since=since, until=until, reason=dead_reason,
+                        limit=limit, offset=offset, after=after)
     if as_json:
-        echo_json([masked_job_dict(j, with_trace=False) for j in found])
+        echo_json({"total": page.total, "items": [masked_job_dict(j, with_trace=False) for j in page.items],
+                   "next": page.next})
         return
     out = console()
-    if not found:
-        out.print("no dead jobs match", style="dim")
+    if not page.items:
+        out.print("no dead jobs match" + (" past this cursor" if after or offset else ""), style="dim")
         return
-    total = app.dlq.count(**filters)
-    out.print(dead_table(found))
-    out.print(f"{len(found)} of {total} dead job(s); `firesafe show KEY` for a job's trace", style="dim")
+    out.print(dead_table(page.items))
+    more = f"; next page: --after {page.next}" if page.next else ""
+    out.print(data(f"{len(page.items)} of {page.total} dead job(s), the last to die first{more}; "
+                   "`firesafe show KEY` for a job's trace", style="dim"))
 
 
 @dlq.command("show", short_help="Show a dead job with every attempt.")
@@ -108,10 +130,11 @@ def show(key: str, full_tracebacks: bool, as_json: bool, store_url: str | None) 
 
 
 def _review(action: str, keys: tuple[str, ...], filters: dict[str, Any], dry_run: bool, yes: bool,
-            as_json: bool, store_url: str | None) -> None:
+            as_json: bool, store_url: str | None, actor: str | None = None, reason: str | None = None) -> None:
     """Replay or discard: preview, confirm when bulk, then act on exactly the previewed jobs."""
     if keys and any(v is not None for v in filters.values()):
-        raise click.UsageError("give job keys or filters (--job, --error, --queue, --since, --until), not both")
+        raise click.UsageError("give job keys or filters (--job, --error, --queue, --since, --until, "
+                               "--dead-reason), not both")
     app: App = open_app(store_url)
     method = app.dlq.replay if action == "replay" else app.dlq.discard
     done = "replayed" if action == "replay" else "discarded"
@@ -151,13 +174,15 @@ def _review(action: str, keys: tuple[str, ...], filters: dict[str, Any], dry_run
         def advance(n: int, total: int) -> None:
             progress.update(task, completed=n, total=total)
 
-        result = method(preview.keys, progress=advance)
+        result = method(preview.keys, progress=advance, actor=actor_of(actor), reason=reason_of(reason))
     if as_json:
         skipped = preview.skipped + result.skipped
         echo_json({"action": action, "dry_run": False, "count": result.count, "keys": result.keys,
-                   "skipped": skipped, "reasons": {**preview.reasons, **result.reasons}})
+                   "skipped": skipped, "reasons": {**preview.reasons, **result.reasons}, "actor": result.actor,
+                   "reason": result.reason})
         return
-    out.print(f"{done} {result.count} job(s)")
+    out.print(data(f"{done} {result.count} job(s) as {result.actor}"
+                   + (f" (reason: {result.reason})" if result.reason else "")))
     if result.skipped:
         why = ", ".join(f"{k} (now {result.reasons[k]})" for k in result.skipped[:10])
         out.print(data(f"{len(result.skipped)} job(s) skipped: they had changed state meanwhile: {why}",
@@ -167,14 +192,17 @@ def _review(action: str, keys: tuple[str, ...], filters: dict[str, Any], dry_run
 def _review_command(action: str, short_help: str, doc: str) -> click.Command:
     @click.argument("keys", nargs=-1, metavar="[KEY]...")
     @filter_options
+    @_dead_reason("--dead-reason")
     @click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
     @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation of a bulk action.")
+    @actor_options
     @json_option
     @store_option
     def command(keys: tuple[str, ...], job: str | None, error: str | None, queue: str | None, since: float | None,
-                until: float | None, dry_run: bool, yes: bool, as_json: bool, store_url: str | None) -> None:
-        _review(action, keys, {"job": job, "error": error, "queue": queue, "since": since, "until": until},
-                dry_run, yes, as_json, store_url)
+                until: float | None, dead_reason: str | None, dry_run: bool, yes: bool, actor: str | None,
+                reason: str | None, as_json: bool, store_url: str | None) -> None:
+        _review(action, keys, {"job": job, "error": error, "queue": queue, "since": since, "until": until,
+                               "dead_reason": dead_reason}, dry_run, yes, as_json, store_url, actor, reason)
 
     command.__doc__ = doc
     return dlq.command(action, short_help=short_help)(command)
@@ -186,24 +214,26 @@ _review_command("replay", "Requeue dead jobs (all of them if no key or filter), 
     Give keys, or filters to replay every dead job that matches; with neither keys nor filters it
     replays every dead job. A bulk action (filters, none, or more than one key) states how many
     jobs it will touch and asks first, unless --yes; without a terminal it refuses unless --yes.
-    Each replay is recorded with who did it and when.
+    Each replay is recorded in the job's events: when, who (--actor, else $FIRESAFE_ACTOR, else
+    user@host) and why (--reason). --dead-reason filters by why the jobs died.
 
     \b
     Examples:
-      firesafe dlq replay refund:o-9
+      firesafe dlq replay refund:o-9 --reason "provider fixed"
       firesafe dlq replay --job refund --error TimeoutError --since 1d --dry-run
-      firesafe dlq replay --job refund --since 1d --yes
+      firesafe dlq replay --job refund --dead-reason exhausted --since 1d --yes --reason "PSP outage over"
     """)
 
 _review_command("discard", "Take dead jobs (all of them if no key or filter) out of the dead letters.",
                 """Take dead jobs out of the dead letters (they become cancelled, reason discarded).
 
     Keys or filters, like replay; with neither it discards every dead job. Bulk discards (filters,
-    none, or more than one key) ask for confirmation unless --yes.
+    none, or more than one key) ask for confirmation unless --yes. Each discard is recorded in the
+    job's events with who (--actor) and why (--reason).
 
     \b
     Examples:
-      firesafe dlq discard refund:o-9
+      firesafe dlq discard refund:o-9 --reason "refunded by hand"
       firesafe dlq discard --job legacy_sync --until 7d --dry-run
     """)
 
@@ -213,26 +243,30 @@ _review_command("discard", "Take dead jobs (all of them if no key or filter) out
               help="Delete dead jobs that died longer ago than AGE (30d, 12h, ...).")
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@actor_options
 @json_option
 @store_option
-def purge(older_than: float, dry_run: bool, yes: bool, as_json: bool, store_url: str | None) -> None:
+def purge(older_than: float, dry_run: bool, yes: bool, actor: str | None, reason: str | None, as_json: bool,
+          store_url: str | None) -> None:
     """Delete dead jobs older than --older-than, with their trace; their keys become free again.
 
-    With --json it prints {"dry_run", "older_than" (seconds), "count"}: the jobs deleted (or, in a
-    dry run, that would be).
+    The jobs' events go with them, so the purge itself (who: --actor, why: --reason, how many) is
+    recorded in the audit log (`firesafe audit`). With --json it prints {"dry_run", "older_than"
+    (seconds), "count", "actor", "reason"}: the jobs deleted (or, in a dry run, that would be).
 
     \b
     Examples:
       firesafe dlq purge --older-than 30d --dry-run
-      firesafe dlq purge --older-than 30d --yes --json
+      firesafe dlq purge --older-than 30d --yes --json --reason "retention: 30 days"
     """
     app = open_app(store_url)
     count = app.dlq.count(until=app.store.now() - older_than)
     out = console()
     age = human_duration(older_than)
+    who, why = actor_of(actor), reason_of(reason)
 
     def report(n: int, dry: bool) -> None:
-        echo_json({"dry_run": dry, "older_than": older_than, "count": n})
+        echo_json({"dry_run": dry, "older_than": older_than, "count": n, "actor": who, "reason": why})
 
     if dry_run:
         if as_json:
@@ -249,7 +283,7 @@ def purge(older_than: float, dry_run: bool, yes: bool, as_json: bool, store_url:
     if not yes:
         confirm_bulk("permanently delete", count, "dead job(s)")
     with console(stderr=True).status(f"deleting {count} dead job(s)..."):
-        removed = app.dlq.purge(older_than=older_than)
+        removed = app.dlq.purge(older_than=older_than, actor=who, reason=why)
     if as_json:
         report(removed, False)
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 from rich.table import Table
@@ -21,11 +22,12 @@ from firesafe.cli._common import (
     safe_url,
     store_option,
 )
-from firesafe.cli._dashboard import behind, forwarded_allow_ips_option, public_url_option
+from firesafe.cli._dashboard import alerts_note, alerts_option, behind, forwarded_allow_ips_option, public_url_option
 from firesafe.cli._loader import load_app
 from firesafe.cli._render import when
 from firesafe.clock import to_datetime
 from firesafe.errors import InvalidInput
+from firesafe.inbox.events import event_key
 from firesafe.masking import mask, mask_text
 
 
@@ -33,12 +35,14 @@ from firesafe.masking import mask, mask_text
 @click.argument("target", metavar="MODULE:APP")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind. With the dashboard, anything but loopback needs a token.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8642, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8643, show_default=True,
+              help="Port to bind; not the dashboard's 8642, so both can run on one host.")
 @click.option("--token", metavar="[NAME:]SECRET", default=None,
               help="The dashboard's token (else $FIRESAFE_DASHBOARD_TOKEN); /events/ paths do not use it.")
 @click.option("--no-dashboard", is_flag=True, help="Serve only POST /events/{source}.")
 @public_url_option
 @forwarded_allow_ips_option
+@alerts_option
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               default="info", show_default=True)
 @click.option("--header-timeout", type=Duration(), default="10s", show_default=True, metavar="SECONDS",
@@ -50,8 +54,8 @@ from firesafe.masking import mask, mask_text
 @click.option("--max-connections", type=click.IntRange(1), default=1000, show_default=True,
               help="Connections open at once; one more is answered 503 (Retry-After: 1) and closed at once.")
 def serve(target: str, host: str, port: int, token: str | None, no_dashboard: bool, public_url: str | None,
-          forwarded_allow_ips: str | None, log_level: str, header_timeout: float, body_timeout: float,
-          max_connections: int) -> None:
+          forwarded_allow_ips: str | None, dispatch_alerts: bool, log_level: str, header_timeout: float,
+          body_timeout: float, max_connections: int) -> None:
     """Receive webhooks for MODULE:APP at POST /events/{source}, beside the dashboard.
 
     Each source is configured in the app with app.event_source(NAME, ...) (how to read the event id
@@ -61,6 +65,7 @@ def serve(target: str, host: str, port: int, token: str | None, no_dashboard: bo
     dashboard's pages (firesafe dashboard), unless --no-dashboard; behind a TLS reverse proxy, give
     --public-url (and --forwarded-allow-ips), as for firesafe dashboard. Slow clients are cut off
     (--header-timeout, --body-timeout) and open connections are bounded (--max-connections).
+    It also dispatches the app's alerts, as workers do, unless --no-alerts.
 
     \b
     Examples:
@@ -73,6 +78,7 @@ def serve(target: str, host: str, port: int, token: str | None, no_dashboard: bo
     import uvicorn
 
     from firesafe.dashboard.security import check_public, parse_forwarded_allow_ips
+    from firesafe.dashboard.server import dispatching
     from firesafe.inbox.http import create_app, create_server_app
     from firesafe.inbox.serving import Limits, server_config
 
@@ -97,9 +103,10 @@ def serve(target: str, host: str, port: int, token: str | None, no_dashboard: bo
     app.store.migrate()
     asgi = create_app(app) if no_dashboard else create_server_app(app, tok, public_url=public_url)
     click.echo(f"firesafe serve for {target} on http://{host}:{port}/ (events at /events/"
-               f"{{{','.join(app.inbox.sources)}}}{behind(origin, proxies)}); store {safe_url(app.store_url)}",
-               err=True)
-    uvicorn.Server(server_config(asgi, host, port, log_level.lower(), True, proxies, limits)).run()
+               f"{{{','.join(app.inbox.sources)}}}{behind(origin, proxies)}); store {safe_url(app.store_url)}"
+               f"{alerts_note(app, dispatch_alerts)}", err=True)
+    with dispatching(app, "serve", dispatch_alerts):
+        uvicorn.Server(server_config(asgi, host, port, log_level.lower(), True, proxies, limits)).run()
 
 
 def _amqp_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -221,17 +228,65 @@ def events_ls(source: str | None, unhandled: bool, rejected: bool, limit: int, a
         return
     rows = app.inbox.list(source, unhandled, limit)
     if as_json:
-        echo_json([{**r, "data": mask(r["data"]), "received_at": iso_time(r["received_at"])} for r in rows])
+        echo_json([_event_json(r) for r in rows])
         return
     if not rows:
         out.print(data(f"no {'unhandled ' if unhandled else ''}events{where} match", style="dim"))
         return
-    table = Table("source", "event id", "type", "received", "handled", "data")
+    table = Table("source", "event id", "type", "received", "handled", "again", "data")
     for r in rows:
         table.add_row(data(r["source"]), data(r["event_id"]), data(r["type"]),
                       when(to_datetime(r["received_at"]), ms=False), "yes" if r["handled"] else "no",
-                      data(dumps(mask(r["data"]))[:80]))
+                      _again(r), data(dumps(mask(r["data"]))[:80]))
     out.print(table)
+
+
+def _again(row: dict[str, Any]) -> str:
+    """How often an event was delivered again, and how many of those brought other data."""
+    if not row["redeliveries"]:
+        return "-"
+    return f"{row['redeliveries']}" + (f" ({row['changed']} changed)" if row["changed"] else "")
+
+
+def _event_json(row: dict[str, Any]) -> dict[str, Any]:
+    out = {**row, "data": mask(row["data"]), "received_at": iso_time(row["received_at"]),
+           "changed_at": iso_time(row["changed_at"]) if row["changed_at"] is not None else None}
+    if "changed_data" in row:
+        out["changed_data"] = mask(row["changed_data"])
+    return out
+
+
+@events.command("show")
+@click.argument("source")
+@click.argument("event_id")
+@json_option
+@store_option
+def events_show(source: str, event_id: str, as_json: bool, store_url: str | None) -> None:
+    """Show one stored event: its data, whether a handler took it, and its redeliveries (how many,
+    how many brought other data, and the last such data: the stored data stand).
+
+    \b
+    Example:
+      firesafe events show stripe evt_1PxY2 --json
+    """
+    app = open_app(store_url)
+    row = app.inbox.show(source, event_id)
+    if row is None:
+        raise fail(f"no event {event_id!r} of source {source!r} is stored (firesafe events ls --source {source} "
+                   "lists them)")
+    if as_json:
+        echo_json(_event_json(row))
+        return
+    out = console()
+    out.print(data(f"event {row['event_id']} of {row['source']}  type {row['type']}", style="bold"))
+    out.print(data(f"received  {iso_time(row['received_at'])}"))
+    out.print(data(f"handled   {'yes (job ' + event_key(source, event_id) + ')' if row['handled'] else 'no'}"))
+    out.print(data(f"again     {row['redeliveries']} redelivery(ies), {row['changed']} with other data"))
+    out.print(data(f"data      {dumps(mask(row['data']), indent=2)}"))
+    if row["changed"]:
+        out.print(data(f"last changed delivery at {iso_time(row['changed_at'])} (fingerprint "
+                       f"{row['changed_fingerprint'][:16]}), data (not used: the stored data stand):"))
+        out.print(data(dumps(mask(row["changed_data"]), indent=2)))
 
 
 @events.command("replay")

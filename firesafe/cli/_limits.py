@@ -14,6 +14,7 @@ from rich.text import Text
 
 from firesafe.cli._common import (
     Duration,
+    actor_options,
     console,
     data,
     echo_json,
@@ -24,6 +25,7 @@ from firesafe.cli._common import (
     plain,
     store_option,
 )
+from firesafe.deadletters.audit import actor_of, reason_of
 from firesafe.errors import MAX_DELAY
 from firesafe.limits.store import LimiterStatus
 
@@ -118,12 +120,15 @@ def _until(text: str) -> float:
 @click.argument("name")
 @click.option("--for", "seconds", type=Duration(), metavar="DURATION", help="How long: 30s, 10m, 2h ...")
 @click.option("--until", "until", metavar="TIME", help="Until an ISO datetime (UTC when it has no zone).")
-@click.option("--reason", default=None, help="Shown with the pause and recorded in its event.")
+@actor_options
 @json_option
 @store_option
-def pause_cmd(name: str, seconds: float | None, until: str | None, reason: str | None, as_json: bool,
-              store_url: str | None) -> None:
+def pause_cmd(name: str, seconds: float | None, until: str | None, actor: str | None, reason: str | None,
+              as_json: bool, store_url: str | None) -> None:
     """Pause limiter NAME for every worker (a pause only grows; `resume` ends it).
+
+    The limiter's `paused` event records who (--actor, else $FIRESAFE_ACTOR, else user@host) and
+    why (--reason, also shown with the pause); `firesafe limiters events` lists them.
 
     \b
     Examples:
@@ -132,14 +137,13 @@ def pause_cmd(name: str, seconds: float | None, until: str | None, reason: str |
     """
     if (seconds is None) == (until is None):
         raise fail("give --for DURATION or --until TIME (one of them)")
-    from firesafe.deadletters.dlq import default_actor
-
     until_ts = _until(until) if until else None
     app = open_app(store_url)
+    who, why = actor_of(actor), reason_of(reason)
     status = app.store.limiter_pause(name, seconds=seconds, until=until_ts,  # type: ignore[attr-defined]
-                                     reason=reason, actor=default_actor())
+                                     reason=why, actor=who)
     if as_json:
-        echo_json(status.as_dict())
+        echo_json({**status.as_dict(), "actor": who, "reason": why})
         return
     now = app.store.now()
     left = (status.paused_until.timestamp() - now) if status.paused_until else 0.0
@@ -151,16 +155,23 @@ def pause_cmd(name: str, seconds: float | None, until: str | None, reason: str |
 
 @limiters.command("resume")
 @click.argument("name")
+@actor_options
 @json_option
 @store_option
-def resume_cmd(name: str, as_json: bool, store_url: str | None) -> None:
-    """End limiter NAME's pause and close its breaker; waiting jobs are released at its pace."""
-    from firesafe.deadletters.dlq import default_actor
+def resume_cmd(name: str, actor: str | None, reason: str | None, as_json: bool, store_url: str | None) -> None:
+    """End limiter NAME's pause and close its breaker; waiting jobs are released at its pace.
 
+    The `resumed` event records who (--actor) and why (--reason).
+
+    \b
+    Example:
+      firesafe limiters resume stripe --reason "provider back"
+    """
     app = open_app(store_url)
-    status, released = app.store.limiter_resume(name, actor=default_actor())  # type: ignore[attr-defined]
+    who, why = actor_of(actor), reason_of(reason)
+    status, released = app.store.limiter_resume(name, actor=who, reason=why)  # type: ignore[attr-defined]
     if as_json:
-        echo_json({**status.as_dict(), "released": released})
+        echo_json({**status.as_dict(), "released": released, "actor": who, "reason": why})
         return
     click.echo(f"limiter {plain(name)} resumed; {released} waiting job(s) released at its pace")
 

@@ -66,6 +66,19 @@ def message_of(record: logging.LogRecord) -> str:
         return f"{msg} (log arguments that do not fit it: {', '.join(safe_str(v) for v in values)})"
 
 
+def _jsonable(value: object, depth: int = 0) -> object:
+    """An extra field as JSON values only, so masking sees all of its text: lists, dicts (keys as
+    text), numbers, booleans and None as they are; anything else (an object whose ``__str__``
+    might print a secret, a datetime, bytes) as its text, never raising; past 32 levels, text."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if depth < 32 and isinstance(value, (list, tuple)):
+        return [_jsonable(v, depth + 1) for v in value]
+    if depth < 32 and isinstance(value, dict):
+        return {k if isinstance(k, str) else safe_str(k): _jsonable(v, depth + 1) for k, v in value.items()}
+    return safe_str(value)
+
+
 class TextFormatter(logging.Formatter):
     """``2024-05-01T12:00:00.123+00:00 INFO    [pid] firesafe.worker: message``: one line per record
     whatever its message holds, then its traceback, if any, on lines starting with ``"  | "``."""
@@ -100,7 +113,7 @@ class JSONFormatter(logging.Formatter):
             for key, value in record.__dict__.items():
                 if key in _STANDARD or key.startswith("_") or key in out:
                     continue
-                out[key] = MASK if is_secret_name(key) else mask(value)
+                out[key] = MASK if is_secret_name(key) else mask(_jsonable(value))
             if record.exc_info:
                 out["exc_info"] = mask_text(self.formatException(record.exc_info))
             return dumps(out)

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from firesafe.cli._common import data, plain
 from firesafe.masking import mask, mask_text
-from firesafe.models import Attempt, Job
+from firesafe.models import Attempt, Job, Waits
 from firesafe.sanitize import safe_str
 from firesafe.states import State
 
@@ -40,6 +40,8 @@ OUTCOME_STYLE = {
 }
 #: Lines of each stored traceback shown unless ``--traceback`` asks for all of them.
 TRACEBACK_LINES = 12
+#: Waits listed one by one in ``show`` (the newest); the count and the total cover them all.
+WAITS_SHOWN = 20
 
 
 def masked_job_dict(job: Job, *, with_trace: bool = True) -> dict[str, Any]:
@@ -48,7 +50,10 @@ def masked_job_dict(job: Job, *, with_trace: bool = True) -> dict[str, Any]:
     d["result"] = mask(d["result"])
     if d.get("error_message"):
         d["error_message"] = mask_text(d["error_message"])
-    for a in d.get("trace", []):
+    if d.get("last_error") and d["last_error"].get("message"):
+        d["last_error"]["message"] = mask_text(d["last_error"]["message"])
+    entries = [*d.get("trace", []), *d.get("attempts", []), *d.get("waits", {}).get("items", [])]
+    for a in entries:
         for field in ("message", "traceback"):
             if a.get(field):
                 a[field] = mask_text(a[field])
@@ -82,9 +87,27 @@ def duration_of(a: Attempt) -> str:
         seconds = (a.ended_at - a.started_at).total_seconds()
     if not isinstance(seconds, (int, float)):
         return "-"
+    return seconds_text(seconds)
+
+
+def seconds_text(seconds: float) -> str:
+    """A duration as people read it.
+
+    >>> seconds_text(0.0004), seconds_text(0.25), seconds_text(12.345)
+    ('400µs', '250.0ms', '12.35s')
+    """
     if seconds < 0.001:
         return f"{seconds * 1e6:.0f}µs"
     return f"{seconds * 1000:.1f}ms" if seconds < 1 else f"{seconds:.2f}s"
+
+
+def last_error_text(job: Job, width: int | None = None) -> Text:
+    """A job's last error as lists and ``show`` print it: the last failed attempt's error (red);
+    for a job that recovered, ``succeeded after N failed attempts`` (green)."""
+    if job.recovery:
+        return Text(job.recovery, style="green")
+    failure = job.last_failure
+    return error_of(*failure, width=width) if failure else Text("")
 
 
 def error_of(error_type: str | None, message: str | None, width: int | None = None) -> Text:
@@ -123,13 +146,23 @@ def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None
     if job.cancel_requested and job.state == State.RUNNING:
         state.append("  (cancel requested)", style="magenta")
     head.add_row("state", state)
+    attempts, waits = job.attempts, job.waits()
     head.add_row("attempts", Text(f"{job.attempt}/{job.max_attempts} used  (runs {job.runs}, "
-                                  f"deferrals {job.deferrals}, lost {job.lost})"))
+                                  f"waits {waits.count}, lost {job.lost})"))
+    if waits.count:
+        head.add_row("waits", Text(f"{waits.count}, {seconds_text(waits.seconds)} in all  (not attempts: "
+                                   "a limiter held the job back, or it asked to wait with RetryAfter)"))
     head.add_row("arguments", data(to_json(job.masked_arguments())))
     if job.state == State.SUCCEEDED:
         head.add_row("result", data(to_json(mask(job.result))))
-    if job.error_type:
-        head.add_row("last error", error_of(job.error_type, job.error_message))
+    failure = job.last_failure
+    if job.recovery:
+        note = Text(job.recovery, style="green")
+        if failure:
+            note.append(f"  (the last: {plain(failure[0])})", style="dim")
+        head.add_row("recovered", note)
+    elif failure:
+        head.add_row("last error", error_of(*failure))
     head.add_row("created", Text(when(job.created_at)))
     if job.state in (State.QUEUED, State.SCHEDULED):
         head.add_row("runs at", Text(when(job.run_at)))
@@ -140,15 +173,15 @@ def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None
         head.add_row("finished", Text(when(job.finished_at)))
     out.print(Panel(head, title=data(f"job {job.key}"), title_align="left", expand=False))
 
-    if job.trace:
+    if attempts:
         table = Table(title="attempts", title_justify="left", show_lines=False)
         for name in ("#", "attempt", "worker", "started", "ended", "duration", "outcome"):
             table.add_column(name, no_wrap=name in ("#", "attempt", "duration", "outcome"), overflow="fold")
         table.add_column("error", overflow="fold")
-        with_steps = any(isinstance(a.detail, dict) and a.detail.get("steps") for a in job.trace)
+        with_steps = any(isinstance(a.detail, dict) and a.detail.get("steps") for a in attempts)
         if with_steps:
             table.add_column("steps", overflow="fold")
-        for a in job.trace:
+        for a in attempts:
             row = [str(a.seq), str(a.attempt), data(a.worker or "-"), when(a.started_at), when(a.ended_at),
                    duration_of(a), data(a.outcome or "running", style=OUTCOME_STYLE.get(a.outcome, "")),
                    error_of(a.error_type, a.message)]
@@ -157,7 +190,7 @@ def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None
             table.add_row(*row)
         out.print(table)
         shown: dict[str, int] = {}
-        for a in job.trace:
+        for a in attempts:
             if not a.traceback:
                 continue
             if a.traceback in shown:
@@ -172,15 +205,39 @@ def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None
                             title_align="left", border_style="red", expand=False))
     else:
         out.print(Text("no attempts yet", style="dim"))
+    if waits.count:
+        out.print(waits_table(waits))
 
     if job.events:
         events = Table(title="events", title_justify="left")
-        for name in ("at", "event", "by", "detail"):
+        for name in ("at", "event", "by", "why", "detail"):
             events.add_column(name, overflow="fold")
         for e in job.events:
+            why = e.detail.get("reason") if isinstance(e.detail, dict) else None
+            rest = {k: v for k, v in e.detail.items() if k != "reason"} if isinstance(e.detail, dict) else e.detail
             events.add_row(when(e.at), data(e.kind), data(e.actor or "-"),
-                           data(to_json(mask(e.detail)) if e.detail else ""))
+                           data(mask_text(why) if isinstance(why, str) else "-"),
+                           data(to_json(mask(rest)) if rest else ""))
         out.print(events)
+
+
+def waits_table(waits: Waits) -> Table:
+    """A job's waits (the newest :data:`WAITS_SHOWN`), apart from its attempts."""
+    title = f"waits: {waits.count}, {seconds_text(waits.seconds)} in all"
+    if waits.count > WAITS_SHOWN:
+        title += f"  (the last {WAITS_SHOWN} shown)"
+    table = Table(title=title, title_justify="left")
+    for name in ("#", "at", "waited", "held back by"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("message", overflow="fold")
+    for w in waits.items[-WAITS_SHOWN:]:
+        a = w.entry
+        message = plain(mask_text(a.message or "")) if a.message else ""
+        if a.error_type and a.error_type not in ("RetryAfter",):
+            message = f"{plain(a.error_type)}: {message}".rstrip(": ")
+        table.add_row(str(a.seq), when(a.ended_at), seconds_text(w.seconds),
+                      Text(plain(w.describe()), style=OUTCOME_STYLE["deferred"]), Text(message, style="dim"))
+    return table
 
 
 def jobs_table(jobs: Sequence[Job], title: str | None = None) -> Table:
@@ -194,7 +251,7 @@ def jobs_table(jobs: Sequence[Job], title: str | None = None) -> Table:
     table.add_column("last error", overflow="fold")
     for j in jobs:
         table.add_row(data(j.key), data(j.name), data(j.queue), state_text(j.state), f"{j.attempt}/{j.max_attempts}",
-                      when(j.updated_at, ms=False), error_of(j.error_type, j.error_message, width=80))
+                      when(j.updated_at, ms=False), last_error_text(j, width=80))
     return table
 
 
@@ -209,7 +266,7 @@ def dead_table(jobs: Sequence[Job], title: str | None = None) -> Table:
     table.add_column("error", overflow="fold")
     for j in jobs:
         table.add_row(data(j.key), data(j.name), data(j.queue), data(j.reason or "-"), f"{j.attempt}/{j.max_attempts}",
-                      when(j.finished_at or j.updated_at, ms=False), error_of(j.error_type, j.error_message, width=80))
+                      when(j.finished_at or j.updated_at, ms=False), last_error_text(j, width=80))
     return table
 
 

@@ -7,10 +7,21 @@ from __future__ import annotations
 
 import click
 
-from firesafe.cli._common import console, echo_json, json_option, open_app, plain, safe_url, store_option
+from firesafe.cli._common import (
+    actor_options,
+    console,
+    echo_json,
+    json_option,
+    open_app,
+    plain,
+    safe_url,
+    store_option,
+    store_url_of,
+)
 from firesafe.cli._render import jobs_table, masked_job_dict, render_job, stats_data, stats_table
+from firesafe.deadletters.audit import actor_of, reason_of
 from firesafe.states import State
-from firesafe.store import open_store, resolve_url
+from firesafe.store import open_store
 from firesafe.store.base import JobFilter
 
 STATES = [str(s) for s in State]
@@ -35,7 +46,7 @@ def migrate(store_url: str | None, allow_other_tables: bool, as_json: bool) -> N
       firesafe migrate --store sqlite:///jobs.db
       FIRESAFE_STORE=postgresql://postgres@127.0.0.1:5432/test firesafe migrate
     """
-    url = resolve_url(store_url)
+    url = store_url_of(store_url)
     store = open_store(url)
     schema = getattr(store, "schema", None)  # PostgreSQL: the schema, named even when the URL leaves it out
     try:
@@ -130,25 +141,28 @@ def stats(as_json: bool, store_url: str | None) -> None:
 
 @click.command(short_help="Cancel a job (waiting: at once; running: asked to stop).")
 @click.argument("key")
+@actor_options
 @json_option
 @store_option
-def cancel(key: str, as_json: bool, store_url: str | None) -> None:
+def cancel(key: str, actor: str | None, reason: str | None, as_json: bool, store_url: str | None) -> None:
     """Cancel a job: a waiting one at once; a running one is asked to stop (its ctx.cancelled turns
-    true) and the cancel is recorded when its attempt ends.
+    true) and the cancel is recorded when its attempt ends. The job's event records who (--actor)
+    and why (--reason).
 
-    With --json it prints {"key", "outcome", "state"}; outcome is cancelled, requested (running:
-    asked to stop) or finished (it had already ended: nothing changed).
+    With --json it prints {"key", "outcome", "state", "actor", "reason"}; outcome is cancelled,
+    requested (running: asked to stop) or finished (it had already ended: nothing changed).
 
     \b
     Examples:
-      firesafe cancel refund:o-1
-      firesafe cancel refund:o-1 --json
+      firesafe cancel refund:o-1 --reason "customer asked"
+      FIRESAFE_ACTOR=alice firesafe cancel refund:o-1 --json
     """
     app = open_app(store_url)
-    outcome = app.cancel(key)
+    who, why = actor_of(actor), reason_of(reason)
+    outcome = app.cancel(key, actor=who, reason=why)
     job = app.get(key)
     if as_json:
-        echo_json({"key": key, "outcome": outcome, "state": str(job.state)})
+        echo_json({"key": key, "outcome": outcome, "state": str(job.state), "actor": who, "reason": why})
         return
     if outcome == "cancelled":
         click.echo(f"cancelled {plain(key)}")

@@ -103,6 +103,9 @@ def _watch_parent(worker: Any) -> None:
 @click.option("--processes", "-p", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Worker processes; above 1 a supervisor starts, watches and restarts them.")
 @click.option("--burst", is_flag=True, help="Exit once nothing is runnable (scripts, tests, cron).")
+@click.option("--no-scheduler", "no_scheduler", is_flag=True,
+              help="Run no scheduler here: enqueue no schedule windows. Without it, a worker runs the scheduler "
+                   "of the schedules whose queue it serves (one active per queue across workers).")
 @click.option("--wait-scheduled", is_flag=True, help="With --burst: also wait for jobs scheduled later "
               "(retries in backoff, delayed jobs).")
 @click.option("--grace", type=Duration(), default="30s", show_default=True,
@@ -113,8 +116,8 @@ def _watch_parent(worker: Any) -> None:
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               default="INFO", show_default=True)
 def worker(target: str, queues: str | None, concurrency: int, prefetch: int | None, pipeline: int | None,
-           lanes: int, processes: int, burst: bool, wait_scheduled: bool, grace: float, log_format: str,
-           log_level: str) -> None:
+           lanes: int, processes: int, burst: bool, no_scheduler: bool, wait_scheduled: bool, grace: float,
+           log_format: str, log_level: str) -> None:
     """Run workers for the app MODULE:APP (imported like uvicorn does; the current directory is importable).
 
     Each attempt is logged at INFO with its key, job, outcome, state and duration. SIGTERM or
@@ -126,6 +129,7 @@ def worker(target: str, queues: str | None, concurrency: int, prefetch: int | No
       firesafe worker myapp:app --queues payments,default --concurrency 8
       firesafe worker myapp:app --processes 4 --log-format json
       firesafe worker myapp:app --burst          # drain what is runnable, then exit
+      firesafe worker myapp:app --queues payments --no-scheduler
     """
     from firesafe.cli import _logs
     from firesafe.worker.supervisor import ready_notifier
@@ -161,6 +165,8 @@ def worker(target: str, queues: str | None, concurrency: int, prefetch: int | No
             command.append("--burst")
         if wait_scheduled:
             command.append("--wait-scheduled")
+        if no_scheduler:
+            command.append("--no-scheduler")
         ender = _LeaseEnder(app)
         try:
             code = Supervisor(command, processes, burst=burst, on_gone=ender).run()
@@ -169,7 +175,8 @@ def worker(target: str, queues: str | None, concurrency: int, prefetch: int | No
         raise SystemExit(code)
 
     w = app._runner(queue_list or None, lanes, concurrency=concurrency, burst=burst,
-                    wait_scheduled=wait_scheduled, grace=grace, prefetch=prefetch, pipeline=pipeline)
+                    wait_scheduled=wait_scheduled, grace=grace, prefetch=prefetch, pipeline=pipeline,
+                    scheduler=not no_scheduler)
     w.install_signal_handlers()
     _watch_parent(w)
     if ready is not None:  # supervised: ready once the worker loop starts (store open, about to claim)

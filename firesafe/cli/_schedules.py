@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from firesafe.app import App
-from firesafe.cli._common import confirm_bulk, console, data, echo_json, json_option, plain
+from firesafe.cli._common import actor_options, confirm_bulk, console, data, echo_json, json_option, plain
 from firesafe.cli._loader import load_app
 from firesafe.cli._render import state_text
 from firesafe.schedules.backfill import RERUN_POLICIES, BackfillResult
@@ -63,9 +63,20 @@ def schedules() -> None:
     """
 
 
+def _zones(rows: list[ScheduleStatus]) -> str:
+    """Which clock the table's times read, e.g. ``times in UTC`` or ``times in each schedule's time
+    zone, with its UTC offset: Europe/Berlin (nightly), UTC (five)``."""
+    zones = sorted({r.tz for r in rows})
+    if zones == ["UTC"]:
+        return "times in UTC (every schedule's time zone is UTC)"
+    by = ", ".join(f"{r.tz} ({r.name})" for r in rows)
+    return f"times in each schedule's own time zone, with its UTC offset: {by}"
+
+
 def _status_table(rows: list[ScheduleStatus]) -> Table:
-    table = Table(title="schedules", title_justify="left", header_style="bold")
-    for col in ("schedule", "expression", "time zone", "catch-up", "last window", "next window"):
+    table = Table(title="schedules", title_justify="left", header_style="bold", caption=data(_zones(rows)),
+                  caption_justify="left")
+    for col in ("schedule", "expression", "time zone", "queue", "catch-up", "last window", "next window"):
         table.add_column(col, overflow="fold")
     for col in ("succeeded", "failed", "missed"):
         table.add_column(col, justify="right")
@@ -79,7 +90,8 @@ def _status_table(rows: list[ScheduleStatus]) -> Table:
             name.append(" (paused)", style="yellow")
         nxt = "-" if r.paused else (f"{_local(r.next_window.start)}, due {_local(r.next_window.end)}"
                                     if r.next_window else "-")
-        table.add_row(name, data(r.expression), data(r.tz), data(r.catchup), last, nxt, str(r.counts["succeeded"]),
+        table.add_row(name, data(r.expression), data(r.tz), data(r.queue), data(r.catchup), last, nxt,
+                      str(r.counts["succeeded"]),
                       Text(str(r.counts["failed"]), style="red" if r.counts["failed"] else ""),
                       Text(str(r.counts["missed"]), style="yellow" if r.counts["missed"] else ""))
     return table
@@ -89,10 +101,12 @@ def _status_table(rows: list[ScheduleStatus]) -> Table:
 @click.argument("target", metavar="MODULE:APP")
 @json_option
 def ls(target: str, as_json: bool) -> None:
-    """List each schedule: expression, time zone, last and next window, counts of its windows.
+    """List each schedule: expression, time zone, queue, last and next window, counts of its windows.
 
-    Counts are of the windows still in the store (finished jobs are pruned after their retention);
-    failed counts dead windows, missed those recorded missed and not backfilled since.
+    Window times are in the schedule's own time zone (the "time zone" column), shown with their UTC
+    offset. The last window is the latest one enqueued, by the scheduler or by a backfill. Counts
+    are of the windows still in the store (finished jobs are pruned after their retention); failed
+    counts dead windows, missed those recorded missed and not backfilled since.
 
     \b
     Example:
@@ -152,18 +166,22 @@ def _pause_command(paused: bool) -> click.Command:
 
     @click.argument("target", metavar="MODULE:APP")
     @click.argument("name", metavar="SCHEDULE")
+    @actor_options
     @json_option
-    def command(target: str, name: str, as_json: bool) -> None:
+    def command(target: str, name: str, actor: str | None, reason: str | None, as_json: bool) -> None:
+        from firesafe.deadletters.audit import actor_of, reason_of
+
         app = _app(target)
         schedule = get(app, name)
         before = next((s for s in app.store.schedule_state_list() if s.name == schedule.name), None)
         already = (before is not None and before.paused) if paused else not (before and before.paused)
-        state = pause(app, name, paused)
+        who, why = actor_of(actor), reason_of(reason)
+        state = pause(app, name, paused, actor=who, reason=why)
         nxt = None if paused else schedule.cron.windows_ending(state.cursor, float("inf"), limit=1)
         due = at(nxt[0][1], schedule.cron.zone) if nxt else None
         if as_json:
             echo_json({"schedule": name, "paused": state.paused, "changed": not already,
-                       "next_due": due.isoformat() if due else None})
+                       "next_due": due.isoformat() if due else None, "actor": who, "reason": why})
             return
         if paused:
             click.echo(plain(f"{name} was already paused" if already else
@@ -175,8 +193,10 @@ def _pause_command(paused: bool) -> click.Command:
 
     command.__doc__ = (f"{verb.capitalize()} a schedule.\n\n    Windows that end while a schedule is paused are "
                        "not run; resuming starts again from now. A schedule already paused (or not paused, "
-                       "to resume) is left as it is, and the command says so.\n\n    \b\n    Example:\n"
-                       f"      firesafe schedules {verb} myapp:app nightly_sync\n    ")
+                       "to resume) is left as it is, and the command says so. Who (--actor, else "
+                       "$FIRESAFE_ACTOR, else user@host) and why (--reason) are recorded in the audit log "
+                       "(`firesafe audit`).\n\n    \b\n    Example:\n"
+                       f"      firesafe schedules {verb} myapp:app nightly_sync --reason \"maintenance\"\n    ")
     return schedules.command(verb)(command)
 
 
@@ -208,9 +228,10 @@ def _app(target: str) -> App:
 @click.option("--max-active", type=click.IntRange(1, 1_000_000), default=None, metavar="N",
               help="At most N windows of the schedule waiting or running at once (the backfill waits).")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@actor_options
 @json_option
 def backfill(target: str, name: str, start: str, end: str, dry_run: bool, rerun: str, max_active: int | None,
-             yes: bool, as_json: bool) -> None:
+             yes: bool, actor: str | None, reason: str | None, as_json: bool) -> None:
     """Enqueue the windows of SCHEDULE that start in a range; safe to run again.
 
     Each window is enqueued at most once (its key is SCHEDULE@START), so windows that already ran
@@ -248,7 +269,8 @@ def backfill(target: str, name: str, start: str, end: str, dry_run: bool, rerun:
             bar.update(task, completed=done, total=total)
 
         with watch:
-            result = app.backfill(name, start, end, rerun=rerun, max_active=max_active, progress=advance)
+            result = app.backfill(name, start, end, rerun=rerun, max_active=max_active, progress=advance,
+                                  actor=actor, reason=reason)
     _report(result, as_json)
 
 

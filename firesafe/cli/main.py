@@ -15,6 +15,7 @@ import click
 
 from firesafe import __version__
 from firesafe.cli._alerts import alerts
+from firesafe.cli._audit import audit
 from firesafe.cli._common import CLIError, plain
 from firesafe.cli._dashboard import dashboard
 from firesafe.cli._dlq import dlq
@@ -52,7 +53,9 @@ def cli() -> None:
 
     Commands that need your code (worker, enqueue, schedules, backfill, dashboard, serve, consume,
     events replay, alerts test, drill) take the app as MODULE:APP. The others need only the store:
-    --store URL, else $FIRESAFE_STORE, else sqlite:///firesafe.db.
+    --store URL, or --app MODULE:APP for the store that app names, else $FIRESAFE_STORE, else
+    $FIRESAFE_APP, else sqlite:///firesafe.db. Commands that change jobs or settings record who
+    (--actor, else $FIRESAFE_ACTOR, else user@host) and why (--reason).
 
     \b
     Examples:
@@ -66,7 +69,7 @@ def cli() -> None:
 
 
 for command in (worker, enqueue, migrate, show, jobs_cmd, stats, cancel, dlq, dashboard, alerts, schedules,
-                backfill, rerun, serve, consume, events, limiters, drill):
+                backfill, rerun, serve, consume, events, limiters, drill, audit):
     cli.add_command(command)
 
 

@@ -79,13 +79,15 @@ class JobQuery:
     until: str | None = None
     page: int = 1
     size: int = DEFAULT_PAGE_SIZE
+    dead_reason: str | None = None  # dead letters: why they died (exhausted, permanent, ...)
 
     @classmethod
     def parse(cls, params: Mapping[str, str], *, state: str | None = None) -> JobQuery:
         """Validate query parameters (unknown ones are ignored; empty ones mean 'any').
 
-        >>> JobQuery.parse({"state": "dead", "job": "refund", "page": "2", "size": "100"})
-        JobQuery(state='dead', job='refund', queue=None, error=None, since=None, until=None, page=2, size=100)
+        >>> q = JobQuery.parse({"state": "dead", "job": "refund", "page": "2", "size": "100"})
+        >>> q.state, q.job, q.page, q.size, q.dead_reason
+        ('dead', 'refund', 2, 100, None)
         >>> JobQuery.parse({"size": "100000"}).size
         200
         >>> JobQuery.parse({"state": "zombie"})
@@ -109,6 +111,7 @@ class JobQuery:
         job = get("job")
         queue = get("queue")
         error = get("error")
+        dead_reason = get("dead_reason")
         since, until = get("since"), get("until")
         for text in (since, until):
             if text is not None:
@@ -122,6 +125,7 @@ class JobQuery:
             until=until,
             page=_int(get("page"), "page", 1, 1, MAX_PAGE),
             size=min(_int(get("size"), "size", DEFAULT_PAGE_SIZE, 1, 10**9), MAX_PAGE_SIZE),
+            dead_reason=check_name(dead_reason, "dead reason") if dead_reason else None,
         )
 
     def times(self, now: float) -> tuple[float | None, float | None]:

@@ -116,13 +116,14 @@ def schedules(app: Any) -> PartView | None:
     return PartView(views)
 
 
-def backfill(app: Any, name: str, start: Any, end: Any, *, rerun: str, dry_run: bool, actor: str) -> Any:
-    """Run (or preview) a backfill, recorded with ``actor``."""
+def backfill(app: Any, name: str, start: Any, end: Any, *, rerun: str, dry_run: bool, actor: str,
+             reason: str | None = None) -> Any:
+    """Run (or preview) a backfill, recorded with ``actor`` and ``reason``."""
     try:
         from firesafe.schedules.backfill import backfill as run
     except ImportError:  # pragma: no cover - only without the schedules part
         return app.backfill(name, start, end, rerun=rerun, dry_run=dry_run)
-    return run(app, name, start, end, rerun=rerun, dry_run=dry_run, actor=actor)
+    return run(app, name, start, end, rerun=rerun, dry_run=dry_run, actor=actor, reason=reason)
 
 
 # -- alerts --------------------------------------------------------------------------------------

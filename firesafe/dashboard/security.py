@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import ipaddress
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -36,7 +37,7 @@ class Token:
 
 
 def parse_token(spec: str | None) -> Token | None:
-    """A token from ``SECRET`` or ``NAME:SECRET`` (None or empty: no token).
+    """A token from ``SECRET``, ``NAME:SECRET`` or ``NAME=SECRET`` (None or empty: no token).
 
     >>> parse_token("alice:0123456789abcdef0123")
     Token(name='alice', secret='********')
@@ -52,6 +53,8 @@ def parse_token(spec: str | None) -> Token | None:
     spec = spec.strip()
     name: str | None = None
     head, sep, tail = spec.partition(":")
+    if not (sep and _TOKEN_NAME.match(head)):
+        head, sep, tail = spec.partition("=")
     if sep and _TOKEN_NAME.match(head) and len(tail) >= MIN_SECRET:
         name, spec = head, tail
     if len(spec) < MIN_SECRET:
@@ -61,6 +64,157 @@ def parse_token(spec: str | None) -> Token | None:
     if not spec.isprintable() or any(c.isspace() for c in spec):
         raise ConfigError("the dashboard token must be printable characters without spaces")
     return Token(spec, name)
+
+
+#: Several named tokens, one per person: ``$FIRESAFE_DASHBOARD_TOKENS`` holds them, comma-separated.
+TOKENS_ENV = "FIRESAFE_DASHBOARD_TOKENS"
+
+
+def parse_tokens(specs: Sequence[str]) -> list[Token]:
+    """Several tokens, one per person, each ``NAME:SECRET`` or ``NAME=SECRET``: every one must have a
+    name (it is recorded as the actor of that person's actions), and no two share a name or a secret.
+
+    >>> parse_tokens(["alice=0123456789abcdef0123", "bob:abcdef0123456789abcd"])
+    [Token(name='alice', secret='********'), Token(name='bob', secret='********')]
+    >>> parse_tokens(["alice=0123456789abcdef0123", "0123456789abcdefXXXX"])
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.ConfigError: with several dashboard tokens each needs a name (NAME=SECRET) ...
+    """
+    tokens: list[Token] = []
+    for spec in specs:
+        head, sep, tail = spec.strip().partition("=")
+        token = parse_token(f"{head}:{tail}" if sep and _TOKEN_NAME.match(head) else spec)
+        if token is None:
+            continue
+        if token.name is None and len(specs) > 1:
+            raise ConfigError("with several dashboard tokens each needs a name (NAME=SECRET), recorded as the "
+                              "actor of that person's actions")
+        if any(t.name == token.name or t.secret == token.secret for t in tokens):
+            raise ConfigError(f"two dashboard tokens share the name {token.name!r} or a secret: give each person "
+                              "a name and a secret of their own")
+        tokens.append(token)
+    return tokens
+
+
+def read_tokens(text: str) -> list[str]:
+    """The token specs of a tokens file or ``$FIRESAFE_DASHBOARD_TOKENS``: one per line or comma,
+    blank lines and ``#`` comments skipped.
+
+    >>> read_tokens("# ops\\nalice=0123456789abcdef0123\\n\\nbob=abcdef0123456789abcd, carol=x")
+    ['alice=0123456789abcdef0123', 'bob=abcdef0123456789abcd', 'carol=x']
+    """
+    specs: list[str] = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0] if line.lstrip().startswith("#") else line
+        specs += [part.strip() for part in line.split(",") if part.strip()]
+    return specs
+
+
+def resolve_tokens(given: Sequence[str], file_text: str | None, single_env: str | None,
+                   several_env: str | None) -> Token | list[Token] | None:
+    """The dashboard's tokens: ``--token`` (repeated: one per person), else a tokens file, else
+    ``$FIRESAFE_DASHBOARD_TOKENS`` (several), else ``$FIRESAFE_DASHBOARD_TOKEN`` (one); None if none.
+
+    >>> resolve_tokens(["alice=0123456789abcdef0123"], None, None, None)
+    Token(name='alice', secret='********')
+    >>> len(resolve_tokens([], None, None, "a=0123456789abcdef0123,b=abcdef0123456789abcd"))
+    2
+    """
+    specs = [g for g in given if g and g.strip()]
+    if not specs and file_text is not None:
+        specs = read_tokens(file_text)
+        if not specs:
+            raise ConfigError("the tokens file holds no token (one NAME=SECRET per line)")
+    if not specs and several_env and several_env.strip():
+        specs = read_tokens(several_env)
+    if not specs:
+        return parse_token(single_env)
+    tokens = parse_tokens(specs)
+    return tokens[0] if len(tokens) == 1 else tokens or None
+
+
+def match_token(authorization: str | None, tokens: Token | Sequence[Token] | None) -> Token | None:
+    """The token an ``Authorization`` header carries (see :func:`check_credentials`), among several;
+    None if none does. Every token is compared, in constant time each, whichever matches.
+
+    >>> a, b = Token("0123456789abcdef0123", "alice"), Token("abcdef0123456789abcd", "bob")
+    >>> match_token("Bearer abcdef0123456789abcd", [a, b]).name, match_token("Bearer nope", [a, b])
+    ('bob', None)
+    """
+    found: Token | None = None
+    for token in _as_list(tokens):
+        if check_credentials(authorization, token) and found is None:
+            found = token
+    return found
+
+
+def _as_list(tokens: Token | Sequence[Token] | None) -> list[Token]:
+    if tokens is None:
+        return []
+    return [tokens] if isinstance(tokens, Token) else list(tokens)
+
+
+@dataclass(frozen=True)
+class UserHeader:
+    """A header that names the user (``X-Forwarded-User``), set by a reverse proxy that did the
+    login, believed only on requests whose client address is one of ``trusted`` (the proxy's
+    addresses or networks); from anyone else it is ignored."""
+
+    name: str
+    trusted: tuple[str, ...]
+
+    def user(self, value: str | None, client: str | None) -> str | None:
+        """The user a request names, if it came from a trusted proxy and names one.
+
+        >>> h = UserHeader("X-Forwarded-User", ("127.0.0.1",))
+        >>> h.user("alice", "127.0.0.1"), h.user("alice", "10.0.0.9"), h.user("", "127.0.0.1")
+        ('alice', None, None)
+        """
+        if not value or not value.strip() or client is None:
+            return None
+        try:
+            address = ipaddress.ip_address(client)
+        except ValueError:
+            return None
+        if not any(address in ipaddress.ip_network(net, strict=False) for net in self.trusted):
+            return None
+        return value.strip()[:MAX_USER]
+
+
+#: The longest user name a proxy's header may give (longer ones are cut).
+MAX_USER = 128
+
+
+def parse_user_header(name: str | None, trusted: str | None) -> UserHeader | None:
+    """``--user-header NAME`` with ``--user-header-from IPS``: both or neither (off by default).
+
+    >>> parse_user_header("X-Forwarded-User", "127.0.0.1, 10.0.0.0/8")
+    UserHeader(name='X-Forwarded-User', trusted=('127.0.0.1', '10.0.0.0/8'))
+    >>> parse_user_header(None, None) is None
+    True
+    >>> parse_user_header("X-Forwarded-User", None)
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.ConfigError: --user-header needs --user-header-from: ...
+    """
+    if not (name and name.strip()) and not (trusted and trusted.strip()):
+        return None
+    if not (name and name.strip()):
+        raise ConfigError("--user-header-from needs --user-header NAME (like X-Forwarded-User)")
+    if not re.fullmatch(r"[A-Za-z0-9-]{1,64}", name.strip()):
+        raise ConfigError(f"--user-header takes a header name like X-Forwarded-User, not {name!r}")
+    if not (trusted and trusted.strip()):
+        raise ConfigError("--user-header needs --user-header-from: the addresses of the reverse proxy that sets "
+                          "it (anyone else could name any user)")
+    items = [i.strip() for i in trusted.split(",") if i.strip()]
+    for item in items:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ConfigError(f"--user-header-from takes the addresses of your proxies (like 127.0.0.1 or "
+                              f"10.0.0.0/8), comma-separated, not {item!r}") from None
+    return UserHeader(name.strip(), tuple(items))
 
 
 def is_loopback(host: str) -> bool:
@@ -258,14 +412,18 @@ def parse_forwarded_allow_ips(spec: str | None) -> list[str] | None:
     return items
 
 
-def actor_for(token: Token | None, client: str | None) -> str:
-    """Who a dashboard action is recorded as: the token's name, or the client's address.
+def actor_for(token: Token | None, client: str | None, user: str | None = None) -> str:
+    """Who a dashboard action is recorded as: the user a trusted proxy named, else the token's name,
+    else the client's address (always with where it came from).
 
     >>> actor_for(None, "127.0.0.1"), actor_for(Token("x" * 16, "alice"), "10.1.2.3")
     ('dashboard@127.0.0.1', 'alice (dashboard@10.1.2.3)')
+    >>> actor_for(Token("x" * 16, "ops"), "127.0.0.1", user="bob")
+    'bob (dashboard@127.0.0.1)'
     """
     where = f"dashboard@{client or 'unknown'}"
-    return f"{token.name} ({where})" if token and token.name else where
+    name = user or (token.name if token else None)
+    return f"{name} ({where})" if name else where
 
 
 def new_session() -> str:

@@ -6,13 +6,19 @@ dashboard refuses to start without one.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
-from firesafe.dashboard.security import Token, is_loopback, parse_forwarded_allow_ips, parse_token
+from firesafe.dashboard.security import Token, UserHeader, is_loopback, parse_forwarded_allow_ips, parse_token
 from firesafe.errors import ConfigError
+
+log = logging.getLogger("firesafe.dashboard")
 
 TOKEN_ENV = "FIRESAFE_DASHBOARD_TOKEN"
 DEFAULT_HOST = "127.0.0.1"
@@ -52,22 +58,39 @@ def uvicorn_config(asgi: Any, host: str, port: int, log_level: str, access_log: 
                           forwarded_allow_ips=",".join(trusted) if trusted else None)
 
 
-def serve(app: Any, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, token: str | Token | None = None,
-          log_level: str = "info", access_log: bool = True, *, public_url: str | None = None,
-          forwarded_allow_ips: str | list[str] | None = None) -> None:
+def serve(app: Any, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+          token: str | Token | list[Token] | None = None, log_level: str = "info", access_log: bool = True, *,
+          public_url: str | None = None, forwarded_allow_ips: str | list[str] | None = None, alerts: bool = True,
+          user_header: UserHeader | None = None) -> None:
     """Serve the dashboard of ``app`` until interrupted (SIGINT/SIGTERM).
 
     Behind a reverse proxy, give ``public_url`` (the address browsers use) and/or
     ``forwarded_allow_ips`` (the proxies whose ``X-Forwarded-Proto``/``-For`` are believed).
+    With ``alerts`` (the default) it also dispatches the app's alerts, as workers do, so that they
+    leave while no worker runs (see :func:`dispatching`).
     """
     import uvicorn
 
     from firesafe.dashboard import create_app
 
-    tok = token if isinstance(token, Token) or token is None else parse_token(token)
-    check_bind(host, tok)
-    asgi = create_app(app, tok, public_url=public_url)
-    uvicorn.Server(uvicorn_config(asgi, host, port, log_level, access_log, forwarded_allow_ips)).run()
+    tok = parse_token(token) if isinstance(token, str) else token
+    check_bind(host, tok)  # type: ignore[arg-type]
+    asgi = create_app(app, tok, public_url=public_url, user_header=user_header)
+    with dispatching(app, "dashboard", alerts):
+        uvicorn.Server(uvicorn_config(asgi, host, port, log_level, access_log, forwarded_allow_ips)).run()
+
+
+@contextlib.contextmanager
+def dispatching(app: Any, role: str, enabled: bool = True) -> Iterator[bool]:
+    """Dispatch ``app``'s alerts while the block runs (the dashboard and ``firesafe serve`` do):
+    grouping, the rules (the stuck-queue rule reports a fleet with no live worker) and delivery, under
+    the same leader lease and delivery leases as the workers', so each alert still leaves once.
+    Yields whether it runs (not when ``enabled`` is false, nor when the app has no sinks or rules)."""
+    holder = f"{role}:{socket.gethostname()}:{os.getpid()}"
+    with app.alerts.dispatching(holder, enabled) as running:
+        if running:
+            log.info("%s: dispatching alerts to %s", role, ", ".join(s.name for s in app.alerts.sinks) or "no sink")
+        yield running
 
 
 class BackgroundServer:

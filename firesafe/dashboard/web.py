@@ -35,13 +35,14 @@ from firesafe.dashboard import charts, parts
 from firesafe.dashboard.params import MAX_SELECTION, PAGE_SIZES, STATES, JobQuery
 from firesafe.dashboard.security import (
     Token,
+    UserHeader,
     actor_for,
-    check_credentials,
     check_public,
     csrf_token,
     csrf_valid,
     host_name,
     is_loopback,
+    match_token,
     new_session,
     parse_token,
     same_origin,
@@ -49,9 +50,10 @@ from firesafe.dashboard.security import (
 from firesafe.errors import FiresafeError, InvalidInput, JobNotFound, StoreError
 from firesafe.idempotency.keys import check_key, check_name
 from firesafe.masking import mask, mask_text, redact_url
+from firesafe.sanitize import for_log
 from firesafe.states import State
 from firesafe.store import check_schema
-from firesafe.store.base import JobFilter
+from firesafe.store.base import DeadFilter, JobFilter
 from firesafe.store.queries import latest_version
 
 log = logging.getLogger("firesafe.dashboard")
@@ -77,6 +79,7 @@ MAX_BODY = 1024 * 1024
 #: Minutes shown by the throughput and failure-rate charts, one bucket per minute.
 CHART_MINUTES = 60
 TRACE_LIMIT = 200  # attempts shown on a job page (the newest)
+WAITS_SHOWN = 50  # waits listed on a job page (the newest); their count and total cover them all
 
 
 # -- the guard ---------------------------------------------------------------------------------
@@ -91,10 +94,11 @@ class Guard:
     request came over https or the public origin is https.
     """
 
-    def __init__(self, inner: Any, token: Token | None, key: bytes, public_prefixes: list[str],
-                 public_origin: str | None = None) -> None:
+    def __init__(self, inner: Any, token: Token | Sequence[Token] | None, key: bytes, public_prefixes: list[str],
+                 public_origin: str | None = None, user_header: UserHeader | None = None) -> None:
         self.inner = inner
-        self.token = token
+        self.token = token or None  # one token, several (one per person), or none
+        self.user_header = user_header
         self.key = key
         self.public_prefixes = public_prefixes
         self.public_origin = public_origin
@@ -116,7 +120,8 @@ class Guard:
                               "(127.0.0.1, localhost); start it with --token to serve other names")(
                 scope, receive, self._headers(send, None, scope))
             return
-        if self.token is not None and not check_credentials(headers.get("authorization"), self.token):
+        matched = match_token(headers.get("authorization"), self.token) if self.token is not None else None
+        if self.token is not None and matched is None:
             response = _plain(401, "authentication required: the dashboard token as a bearer token, "
                                    "or as the password of basic auth")
             response.headers["www-authenticate"] = 'Basic realm="firesafe dashboard", charset="UTF-8"'
@@ -127,6 +132,10 @@ class Guard:
         if not session:
             session = new = new_session()
         state = scope.setdefault("state", {})
+        state["token"] = matched  # who the token names (several tokens: one per person)
+        client = scope.get("client")
+        state["user"] = (self.user_header.user(headers.get(self.user_header.name), client[0] if client else None)
+                         if self.user_header is not None else None)  # named by a trusted proxy
         state["session"] = session
         state["csrf"] = csrf_token(self.key, session)
         if scope["method"] not in SAFE_METHODS:
@@ -318,7 +327,21 @@ class Dashboard:
         return self.render(request, "error.html", status=status, status_code=status, message=mask_text(message))
 
     def actor(self, request: Request) -> str:
-        return actor_for(self.token, request.client.host if request.client else None)
+        """Who an action is recorded as: the user a trusted proxy named, else the name of the token
+        the request carried, else its client address."""
+        from firesafe.deadletters.audit import actor_of
+
+        token = request.state.token if hasattr(request.state, "token") else None
+        user = request.state.user if hasattr(request.state, "user") else None
+        return actor_of(actor_for(token, request.client.host if request.client else None, user))
+
+    @staticmethod
+    def reason(form: Mapping[str, list[str]]) -> str | None:
+        """Why, from an action's form (its ``reason`` field), as the store keeps it."""
+        from firesafe.deadletters.audit import reason_of
+
+        values = form.get("reason") or []
+        return reason_of(values[0]) if values else None
 
     def guarded(self, handler: Callable[..., Response]) -> Callable[[Request], Awaitable[Response]]:
         """Run a page handler in a thread (the store is synchronous); user mistakes become 400/404."""
@@ -369,14 +392,15 @@ class Dashboard:
         q = JobQuery.parse(request.query_params)
         return self.render(request, "jobs.html", page="jobs", **self._listing(q))
 
-    def _listing(self, q: JobQuery) -> dict[str, Any]:
+    def _listing(self, q: JobQuery, rows: list[Any] | None = None, total: int | None = None) -> dict[str, Any]:
         store = self.app.store
         now = store.now()
-        since, until = q.times(now)
-        filt = JobFilter(state=q.state, name=q.job, queue=q.queue, error_type=q.error, since=since, until=until,
-                         limit=q.size, offset=q.offset)
-        rows = store.job_list(filt)
-        total = store.job_count(filt)
+        if rows is None or total is None:
+            since, until = q.times(now)
+            filt = JobFilter(state=q.state, name=q.job, queue=q.queue, error_type=q.error, since=since, until=until,
+                             limit=q.size, offset=q.offset)
+            rows = store.job_list(filt)
+            total = store.job_count(filt)
         pages = max(1, math.ceil(total / q.size))
         return {"q": q, "rows": rows, "total": total, "pages": pages, "now": now, "page_sizes": PAGE_SIZES,
                 "job_names": sorted(self.app.jobs), "queue_names": sorted({j.queue for j in self.app.jobs.values()}),
@@ -387,15 +411,19 @@ class Dashboard:
         if key is None:
             raise InvalidInput("which job? give ?key=KEY")
         job = self.app.get(check_key(key))
-        trace = job.trace[-TRACE_LIMIT:]
+        attempts = job.attempts  # waits are shown apart (how many, how long), not as attempts
+        trace = attempts[-TRACE_LIMIT:]
+        waits = job.waits()
+        failure = job.last_failure
         steps, steps_note = self._steps(job)
         d = job.as_dict(with_trace=False)
         return self.render(
             request, "job.html", page="jobs", job=job, now=self.app.store.now(),
             arguments=job.masked_arguments(), result=mask(job.result), trace=list(reversed(trace)),
-            hidden_attempts=len(job.trace) - len(trace), steps=steps, steps_note=steps_note,
+            hidden_attempts=len(attempts) - len(trace), steps=steps, steps_note=steps_note,
             events=list(reversed(job.events)), created=d["created_at"],
-            error_message=mask_text(job.error_message or ""))
+            waits=waits, shown_waits=list(reversed(waits.items[-WAITS_SHOWN:])),
+            last_error=(failure[0], mask_text(failure[1])) if failure else None)
 
     def _steps(self, job: Any) -> tuple[list[dict[str, Any]], str | None]:
         """Recorded steps with their status, plus steps the last attempt saw fail or restore."""
@@ -424,10 +452,19 @@ class Dashboard:
         return list(seen.values()), None
 
     def dead(self, request: Request) -> Response:
+        """The dead letters, the last to die first (as ``firesafe dlq ls``), a page at a time."""
         q = JobQuery.parse(request.query_params, state=str(State.DEAD))
         groups = self.app.store.dead_groups(limit=200)
+        store = self.app.store
+        now = store.now()
+        since, until = q.times(now)
+        filt = DeadFilter(name=q.job, queue=q.queue, error_type=q.error, reason=q.dead_reason, since=since,
+                          until=until, limit=q.size, offset=q.offset)
+        rows = store.dead_list(filt).jobs
+        total = store.dead_count(filt)
+        listing = {**self._listing(q, rows=rows, total=total), "now": now}
         return self.render(request, "dead.html", page="dead", groups=groups,
-                           error_types=sorted({g.error_type for g in groups if g.error_type}), **self._listing(q))
+                           error_types=sorted({g.error_type for g in groups if g.error_type}), **listing)
 
     def schedules(self, request: Request) -> Response:
         return self.render(request, "schedules.html", page="schedules", view=parts.schedules(self.app),
@@ -452,7 +489,8 @@ class Dashboard:
         if rerun not in ("none", "failed", "all"):
             raise InvalidInput("rerun must be none, failed or all")
         run = one("mode") == "run"
-        result = parts.backfill(self.app, name, start, end, rerun=rerun, dry_run=not run, actor=self.actor(request))
+        result = parts.backfill(self.app, name, start, end, rerun=rerun, dry_run=not run, actor=self.actor(request),
+                                reason=self.reason(form))
         if run:
             self.app._wake_workers()
             log.info("dashboard: backfill of %s from %s to %s (rerun %s) by %s: %d enqueued, %d re-run", name,
@@ -475,8 +513,9 @@ class Dashboard:
         if action not in ("replay", "discard"):
             raise InvalidInput("action must be replay or discard")
         scope = one("scope") or "keys"
-        q = JobQuery.parse({k: v[0] for k, v in form.items() if k in ("job", "queue", "error", "since", "until")
-                            and v}, state=str(State.DEAD))
+        q = JobQuery.parse({k: v[0] for k, v in form.items()
+                            if k in ("job", "queue", "error", "since", "until", "dead_reason") and v},
+                           state=str(State.DEAD))
         if scope == "keys":
             keys = [check_key(k) for k in dict.fromkeys(form.get("key", [])) if k]
             if not keys:
@@ -487,7 +526,8 @@ class Dashboard:
         if scope != "filter":
             raise InvalidInput("scope must be keys or filter")
         since, until = q.times(self.app.store.now())
-        filters = {"job": q.job, "error": q.error, "queue": q.queue, "since": since, "until": until}
+        filters = {"job": q.job, "error": q.error, "queue": q.queue, "since": since, "until": until,
+                   "dead_reason": q.dead_reason}
         return action, None, filters, q
 
     def _dry_run(self, action: str, keys: list[str] | None, filters: dict[str, Any]) -> Any:
@@ -519,18 +559,27 @@ class Dashboard:
         dry = self._dry_run(action, keys, filters)
         if not hmac.compare_digest(keys_digest(dry.keys), digest):  # not the jobs previewed: ask again
             return self._confirm(request, action, keys, q, dry.keys, changed_from=expect)
-        actor = self.actor(request)
+        actor, reason = self.actor(request), self.reason(form)
         act = self.app.dlq.replay if action == "replay" else self.app.dlq.discard
-        result = act(keys=dry.keys, actor=actor) if dry.keys else dry
-        log.info("dashboard: %s of %d job(s) by %s (%d skipped)", action, result.count, actor, len(result.skipped))
+        result = act(keys=dry.keys, actor=actor, reason=reason) if dry.keys else dry
+        log.info("dashboard: %s of %d job(s) by %s (%d skipped)", action, result.count, for_log(actor),
+                 len(result.skipped))
         back = (form.get("back") or [""])[0]
         return self.render(request, "result.html", page="dead", action=action, result=result, actor=actor,
-                           back_key=back if back and back in dry.keys else None)
+                           reason=reason, back_key=back if back and back in dry.keys else None)
 
     # -- machines --------------------------------------------------------------------------------
     def healthz(self, request: Request) -> Response:
         """200 only when the store answers and holds the schema this code needs (the pages need it):
-        not an older one, nor one that a newer firesafe migrated while this process ran."""
+        not an older one, nor one that a newer firesafe migrated while this process ran. ``workers``
+        says how many workers heartbeated recently; ``?workers=N`` (``&within=SECONDS``) answers 503
+        with fewer than N of them, for a monitor outside the fleet (docs/alerts.md)."""
+        from firesafe.alerts.fleet import health_query, worker_health
+
+        try:
+            need, within = health_query(request.query_params, max(3 * self.app.lease, 30.0))
+        except InvalidInput as exc:
+            return JSONResponse({"status": "error", "error": str(exc)}, status_code=400)
         try:
             store = self.app.store
             version = check_schema(store)
@@ -538,12 +587,19 @@ class Dashboard:
             needed = latest_version(store.dialect)
         except FiresafeError as exc:
             return JSONResponse({"status": "unavailable", "error": mask_text(str(exc))}, status_code=503)
-        body = {"store": store.dialect, "schema_version": version, "time": now}
+        body: dict[str, Any] = {"store": store.dialect, "schema_version": version, "time": now}
         if version < needed:
             why = ("the store has no firesafe tables" if version == 0 else
                    f"the store's schema (version {version}) is older than this firesafe needs (version {needed})")
             return JSONResponse({"status": "unavailable", **body, "schema_needed": needed,
                                  "error": f"{why}: run `firesafe migrate`"}, status_code=503)
+        try:
+            body["workers"] = fleet = worker_health(store.worker_list(), now, within)
+        except FiresafeError as exc:
+            return JSONResponse({"status": "unavailable", **body, "error": mask_text(str(exc))}, status_code=503)
+        if fleet["alive"] < need:
+            return JSONResponse({"status": "no_workers", **body, "error": (
+                f"{fleet['alive']} worker(s) heartbeated in the last {within:g}s; {need} needed")}, status_code=503)
         return JSONResponse({"status": "ok", **body})
 
 
@@ -571,8 +627,9 @@ def _store_label(app: Any) -> str:
         return "store"
 
 
-def create_app(app: Any, token: str | Token | None = None, *, title: str = "firesafe", refresh: float = 5.0,
-               public_prefixes: Sequence[str] = (), public_url: str | None = None) -> Starlette:
+def create_app(app: Any, token: str | Token | Sequence[Token] | None = None, *, title: str = "firesafe",
+               refresh: float = 5.0, public_prefixes: Sequence[str] = (), public_url: str | None = None,
+               user_header: UserHeader | None = None) -> Starlette:
     """The dashboard of ``app`` as a Starlette application.
 
     ``token`` (``SECRET`` or ``NAME:SECRET``) is required from every client when given; without
@@ -584,10 +641,16 @@ def create_app(app: Any, token: str | Token | None = None, *, title: str = "fire
     ``public_url`` is the address browsers use when a reverse proxy publishes the dashboard
     (``https://ops.example.com``): actions must come from that origin, and the CSRF cookie is
     ``Secure`` when it is https. Any host but a loopback one needs a token.
+
+    ``token`` may be several tokens, one per person (see :func:`~firesafe.dashboard.security.parse_tokens`):
+    each action is recorded under the name of the token its request carried. ``user_header`` (off
+    by default) names the user from a header that a trusted reverse proxy sets; the action is then
+    recorded under that name.
     """
     import os
 
-    tok = token if isinstance(token, Token) or token is None else parse_token(token)
+    tok: Token | Sequence[Token] | None = (token if isinstance(token, Token) or token is None
+                                           else parse_token(token) if isinstance(token, str) else (list(token) or None))
     origin = check_public(public_url, tok)
     dash = Dashboard(app, tok, title=title, refresh=refresh)
     from firesafe.dashboard.metrics import metrics_endpoint
@@ -612,5 +675,6 @@ def create_app(app: Any, token: str | Token | None = None, *, title: str = "fire
     web.state.firesafe = dash
     web.state.public_prefixes = prefixes  # the inbox part appends "/events/" here, then adds its route
     key = os.urandom(32)
-    web.add_middleware(Guard, token=tok, key=key, public_prefixes=prefixes, public_origin=origin)
+    web.add_middleware(Guard, token=tok, key=key, public_prefixes=prefixes, public_origin=origin,
+                       user_header=user_header)
     return web

@@ -6,12 +6,17 @@ temporary folder, runs worker processes of your app on that file (see :mod:`fire
 while faults are injected for ``seconds``, lets the workers finish without faults for up to
 ``settle`` seconds, and reads the scratch store and the workers' event record back.
 
+Your jobs' code runs for real: whatever a job does outside firesafe (a charge, an e-mail, an HTTP
+call) happens at each of its attempts, and each round of samples has new job keys, so the
+idempotency keys passed to providers differ from round to round. Point the jobs at sandboxes first.
+
 Broken invariants it reports:
 
 - a step whose function started, was not recorded as done (it completed but its record was lost, or
   the process died during the call) and then started again, in attempts that never asked for the
   step's ``ctx.idempotency_key``: its effect may have happened twice (only a provider key closes that
-  window). A step counts as run when its function starts (see :func:`tally_steps`);
+  window). A step counts as run when its function starts (see :func:`tally_steps`). A step whose
+  function is declared safe to repeat (:func:`firesafe.rerun.repeatable`) is never flagged;
 - a job that never ended (still waiting or running once the drill settled);
 - a dead job without its trace or without its dead-letter alert;
 - an attempt above the job's maximum.
@@ -74,6 +79,7 @@ class JobReport:
     steps_restored: int = 0
     steps_ran: int = 0  # step functions called (counted when they start)
     steps_rerun: int = 0  # calls of a step function beyond the first, per job and step
+    steps_repeatable: int = 0  # of those, calls of steps declared safe to repeat (never broken)
     steps_cut: int = 0  # calls that started and never returned (the process died during the call)
     dead_reasons: dict[str, int] = field(default_factory=dict)
     alerts: int = 0  # dead-letter alerts raised (kept in the scratch outbox; none were sent)
@@ -102,11 +108,30 @@ class DrillReport:
     def violations(self) -> int:
         return sum(len(j.violations) for j in self.jobs)
 
+    def effects(self) -> str:
+        """What ran for real, in words: each job's attempts (its code ran that often) and step calls.
+
+        >>> r = DrillReport("s", 1, 1, (), 0, 1, [JobReport("refund", attempts=11, steps_ran=14)], 2)
+        >>> r.effects()
+        "refund's code ran 11 times (its steps' functions 14 times)"
+        """
+        parts = []
+        for j in self.jobs:
+            steps = f" (its steps' functions {_times(j.steps_ran)})" if j.steps_ran else ""
+            parts.append(f"{j.name}'s code ran {_times(j.attempts)}{steps}")
+        return "; ".join(parts)
+
     def as_dict(self) -> dict[str, Any]:
         return {"scratch_store": self.store, "seconds": self.seconds, "settle_seconds": round(self.settle_seconds, 3),
                 "faults": list(self.faults), "rate": self.rate, "seed": self.seed,
                 "worker_starts": self.worker_starts, "store_faults": self.store_faults, "ok": self.violations == 0,
+                # your store was never opened; your jobs' code (and so its side effects) ran for real
+                "store_touched": False, "job_code_ran": {j.name: j.attempts for j in self.jobs},
                 "jobs": [j.as_dict() for j in self.jobs], "kept": self.kept}
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
 
 
 def parse_samples(text: str, source: str, jobs: Sequence[str], takes_arguments: Callable[[str], bool]
@@ -160,6 +185,22 @@ def parse_samples(text: str, source: str, jobs: Sequence[str], takes_arguments: 
     return out
 
 
+def check_samples(app: Any, options: DrillOptions) -> dict[str, list[Callable[[str], InsertParams]]]:
+    """Every sample through the job's own enqueue checks (names, arity, JSON, size), now, before
+    anything runs; returns, per job, a maker of each sample's insert under a given key."""
+    made: dict[str, list[Callable[[str], InsertParams]]] = {}
+    for name in options.jobs:
+        jobdef = app.jobs[name]
+        for n, (args, kwargs) in enumerate(options.samples[name]):
+            try:
+                jobdef._params(args, kwargs, f"drill:{name}:check:{n}", None, None, None)
+            except InvalidInput as exc:
+                raise InvalidInput(f"sample {n} of job {name!r}: {exc}") from None
+            made.setdefault(name, []).append(
+                lambda key, jd=jobdef, a=args, k=kwargs: jd._params(a, k, key, None, None, None))
+    return made
+
+
 class Drill:
     """One drill run: scratch store, workers, the fault window, the settle, the report."""
 
@@ -169,7 +210,7 @@ class Drill:
         self.progress = progress or (lambda text: None)
         self.seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**31)
         self.random = random.Random(self.seed)
-        self._params = self._check_samples()  # before anything is made: a bad sample leaves nothing behind
+        self._params = check_samples(app, options)  # before anything is made: a bad sample leaves nothing behind
         self.folder = Path(tempfile.mkdtemp(prefix="firesafe-drill-"))
         self.url = f"sqlite:///{self.folder}/scratch.db"
         self.store = SQLiteStore(str(self.folder / "scratch.db"))
@@ -179,20 +220,6 @@ class Drill:
         self.keys: dict[str, str] = {}  # key -> job name
         self.rounds = 0
         self.logs: dict[int, Path] = {}  # worker pid -> its log
-
-    def _check_samples(self) -> dict[str, list[Callable[[str], InsertParams]]]:
-        """Every sample through the job's own enqueue checks (names, arity, JSON, size), now."""
-        made: dict[str, list[Callable[[str], InsertParams]]] = {}
-        for name in self.o.jobs:
-            jobdef = self.app.jobs[name]
-            for n, (args, kwargs) in enumerate(self.o.samples[name]):
-                try:
-                    jobdef._params(args, kwargs, f"drill:{name}:check:{n}", None, None, None)
-                except InvalidInput as exc:
-                    raise InvalidInput(f"sample {n} of job {name!r}: {exc}") from None
-                made.setdefault(name, []).append(
-                    lambda key, jd=jobdef, a=args, k=kwargs: jd._params(a, k, key, None, None, None))
-        return made
 
     # -- processes -------------------------------------------------------------------------------------
     def _start_worker(self) -> subprocess.Popen[bytes]:
@@ -366,7 +393,9 @@ def tally_steps(events: Iterable[Mapping[str, Any]], keys: Mapping[str, str],
     ``run`` (a late call of a timed-out attempt may end after the next attempt's). A step is flagged
     when it started again after a call that did not fail (one that completed but was not recorded, or
     one that never ended), and no attempt asked for ``ctx.idempotency_key(step)``. Calls that ran
-    again only after failures get a warning: safe only if a failed call leaves no effect.
+    again only after failures get a warning: safe only if a failed call leaves no effect. A step
+    declared safe to repeat (``repeatable`` on its events) is neither flagged nor warned about; its
+    repeated calls are counted in ``steps_repeatable``.
 
     >>> reports = {"notify": JobReport("notify")}
     >>> events = [{"e": "step_start", "job": "k1", "step": "send", "run": 1, "keyed": False},
@@ -377,14 +406,23 @@ def tally_steps(events: Iterable[Mapping[str, Any]], keys: Mapping[str, str],
     >>> r = reports["notify"]
     >>> r.steps_ran, r.steps_rerun, r.steps_cut, len(r.violations)
     (2, 1, 1, 1)
+    >>> reports = {"fetch": JobReport("fetch")}
+    >>> events = [{"e": "step_start", "job": "k2", "step": "rates", "run": 1, "repeatable": True},
+    ...           {"e": "step_start", "job": "k2", "step": "rates", "run": 2, "repeatable": True}]
+    >>> _ = tally_steps(events, {"k2": "fetch"}, reports)
+    >>> r = reports["fetch"]
+    >>> r.steps_rerun, r.steps_repeatable, r.violations
+    (1, 1, [])
     """
     calls: dict[tuple[str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
     for e in events:
         kind = e.get("e")
         if kind not in ("step_start", "step", "step_key") or e.get("job") not in keys:
             continue
-        call = calls[(e["job"], e["step"])].setdefault(int(e.get("run") or 0), {"ok": None, "keyed": False})
+        call = calls[(e["job"], e["step"])].setdefault(int(e.get("run") or 0),
+                                                       {"ok": None, "keyed": False, "repeatable": False})
         call["keyed"] = call["keyed"] or kind == "step_key" or bool(e.get("keyed"))
+        call["repeatable"] = call["repeatable"] or e.get("repeatable") is True
         if kind == "step":  # an end without its start (a record older than starts) still counts as a call
             call["ok"] = bool(e.get("ok"))
     stepped = set()
@@ -396,6 +434,9 @@ def tally_steps(events: Iterable[Mapping[str, Any]], keys: Mapping[str, str],
         r.steps_ran += len(runs)
         r.steps_rerun += len(runs) - 1
         r.steps_cut += sum(c["ok"] is None for c in runs)
+        if any(c["repeatable"] for c in runs):  # declared safe to repeat: a repetition breaks nothing
+            r.steps_repeatable += len(runs) - 1
+            continue
         if len(runs) < 2 or any(c["keyed"] for c in runs):
             continue
         completed = sum(c["ok"] is True for c in runs[:-1])
@@ -431,4 +472,5 @@ def run_drill(app: Any, options: DrillOptions, progress: Callable[[str], None] |
     return Drill(app, options, progress).run()
 
 
-__all__ = ["DrillOptions", "DrillReport", "JobReport", "parse_samples", "run_drill", "tally_steps"]
+__all__ = ["DrillOptions", "DrillReport", "JobReport", "check_samples", "parse_samples", "run_drill",
+           "tally_steps"]

@@ -9,7 +9,8 @@ appended, one JSON object per line, to ``DIR/events.jsonl``: each fault, and eac
 function twice, when it starts (``step_start``, written before the function runs, so a call the
 process dies in is still on record) and when it returns or raises (``step``, with ``ok``), each
 saying whether the attempt asked for the step's idempotency key (``step_key`` when it asks during
-the call).
+the call) and whether the step's function was declared safe to repeat (``repeatable``, see
+:func:`firesafe.rerun.repeatable`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 
 from firesafe.drill.faults import FaultyStore
 from firesafe.errors import FiresafeError
+from firesafe.rerun.steps import is_repeatable
 
 log = logging.getLogger("firesafe.drill")
 
@@ -164,17 +166,18 @@ class Injector:
             kind = injector.draw(("exception", "kill") + (() if in_async else timeout))
             if kind is not None:
                 injector.strike(kind, "before_step", ctx, jobdef, name)
+            repeatable = is_repeatable(fn)
 
             def done(ok: bool) -> None:
                 calling.discard(name)
-                injector.record(e="step", step=name, ok=ok, keyed=name in keyed, **job)
+                injector.record(e="step", step=name, ok=ok, keyed=name in keyed, repeatable=repeatable, **job)
                 if ok and (kind := injector.draw(("kill", "exception") + (() if in_async else timeout))):
                     injector.strike(kind, "after_effect", ctx, jobdef, name)
 
             def call(*a: Any, **kw: Any) -> Any:
                 # Written (one write, to the kernel) before the function runs: a process killed during
                 # the call, by a fault of another attempt or by the drill's end, leaves its start on record.
-                injector.record(e="step_start", step=name, keyed=name in keyed, **job)
+                injector.record(e="step_start", step=name, keyed=name in keyed, repeatable=repeatable, **job)
                 calling.add(name)
                 try:
                     value = fn(*a, **kw)

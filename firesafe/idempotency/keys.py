@@ -262,7 +262,8 @@ def payload_json(args: list[Any], kwargs: dict[str, Any], limit: int | None = MA
 
 
 def fingerprint(name: str, payload_json: str) -> str:
-    """A hash of the job name and the canonical JSON of its arguments.
+    """A hash of the job name and the canonical JSON of its arguments (``enqueue`` first places them
+    by the job function's signature, so one call has one fingerprint however it is written).
 
     >>> fingerprint("refund", '{"args":["o-1",100],"kwargs":{}}')[:12]
     '98d8c01a8525'

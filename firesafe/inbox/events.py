@@ -68,6 +68,12 @@ class Source:
     that the same body under another event id is a duplicate, not a new event. None (the default)
     turns it on where a replay could otherwise pass for a new event: the signature covers the body
     (``Hmac``, ``StripeSignature``) and the event id travels in a header it does not cover.
+
+    ``strict``: refuse (:class:`EventConflict`, HTTP 409) a redelivery whose data differ from the
+    stored event's. By default such a redelivery is a duplicate like any other (answered 2xx, no new
+    job, the stored data stand) and is counted as ``changed`` on the stored event: providers update
+    some fields between their retries (Stripe's ``pending_webhooks``), and a refusal would make them
+    retry for days. Either way, a redelivery under another event type is refused.
     """
 
     name: str
@@ -78,6 +84,7 @@ class Source:
     verify: Any = None  # Hmac, StripeSignature, Bearer, or None (only for trusted networks)
     max_body: int = DEFAULT_MAX_BODY
     body_digest: bool | None = None
+    strict: bool = False
 
     @property
     def keys_bodies(self) -> bool:
@@ -90,15 +97,20 @@ class Source:
 @dataclass(frozen=True)
 class Ingested:
     """What became of one received event: its handler's job (None if no handler takes its type, or
-    the job was pruned), and, for the same body received before under another id, that id."""
+    the job was pruned); whether the event was received before (``duplicate``), with other data
+    (``changed``: the stored data stand); for the same body received before under another id, that id."""
 
     job: Job | None
     duplicate_of: str | None = None
+    duplicate: bool = False
+    changed: bool = False
 
 
 class EventConflict(IdempotencyConflict):
-    def __init__(self, source: str, event_id: str) -> None:
-        Exception.__init__(self, f"event {event_id!r} of {source!r} was already received with another type or data")
+    """An event id received again under another type, or with other data from a ``strict`` source."""
+
+    def __init__(self, source: str, event_id: str, what: str = "another type or data") -> None:
+        Exception.__init__(self, f"event {event_id!r} of {source!r} was already received with {what}")
         self.key = event_key(source, event_id)
 
 
@@ -216,11 +228,27 @@ class Inbox:
             raise ConfigError(f"event source {name!r}: verify must be Hmac(...), StripeSignature(...) or Bearer(...)")
         if src.body_digest is not None and not isinstance(src.body_digest, bool):
             raise ConfigError(f"event source {name!r}: body_digest must be True, False or None (automatic)")
+        if not isinstance(src.strict, bool):
+            raise ConfigError(f"event source {name!r}: strict must be True or False")
         self.sources[name] = src
         return src
 
     def handler_for(self, source: str, type: str) -> JobDef | None:
         return self.handlers.get((source, type)) or self.handlers.get((source, "*"))
+
+    def _check_again(self, source: str, row: dict[str, Any], item: dict[str, Any]) -> bool:
+        """Whether a delivery of a stored event (``row``) brings other data: raises
+        :class:`EventConflict` if it brings another type, or other data to a ``strict`` source."""
+        if row["fingerprint"] == item["fingerprint"]:
+            return False
+        if row["type"] != item["type"]:
+            raise EventConflict(source, item["event_id"], f"type {row['type']!r}, not {item['type']!r}")
+        src = self.sources.get(source)
+        if src is not None and src.strict:
+            raise EventConflict(source, item["event_id"], f"other data (source {source!r} is strict)")
+        log.info("event %r of %r was delivered again with other data: a duplicate, the stored data stand",
+                 item["event_id"], source)
+        return True
 
     # -- ingesting ---------------------------------------------------------------------------
     def _prepare(self, source: str, event_id: object, etype: object, data: Any) -> dict[str, Any]:
@@ -246,8 +274,7 @@ class Inbox:
         handlers = [self.handler_for(source, it["type"]) for it in items]
         stored = self.app.store.inbox_event_store_many(source, items)
         for item in items:
-            if stored[item["event_id"]][1]["fingerprint"] != item["fingerprint"]:
-                raise EventConflict(source, item["event_id"])
+            self._check_again(source, stored[item["event_id"]][1], item)
         results: list[Job | None] = [None] * len(items)
         by_handler: dict[str, list[int]] = {}
         handled: dict[str, list[int]] = {}  # job key -> positions of events whose job was enqueued before
@@ -289,20 +316,21 @@ class Inbox:
         """:meth:`ingest`, keyed by ``body_digest`` too (the SHA-256 of the signed body, hex): an
         event whose body was received before under another id is that event again. It stores
         nothing new and runs nothing new (its answer names the first id), like a redelivery.
+        A redelivery with other data is a duplicate too, counted on the stored event (see
+        :class:`Source`, ``strict``).
 
         Runs at most one handler job per ``(source, event id)`` and per ``(source, body digest)``.
         """
         check_name(source, "event source")
         item = self._prepare(source, event_id, type, data)
-        _, row = self.app.store.inbox_event_store(source, event_id, type, item["data"], item["fingerprint"],
-                                                  body_digest)
+        created, row = self.app.store.inbox_event_store(source, event_id, type, item["data"], item["fingerprint"],
+                                                        body_digest)
         if row["event_id"] != event_id:
             log.warning("event %r of %r has the body of event %r, received before: a replay, not stored again",
                         event_id, source, row["event_id"])
-            return Ingested(self._settle(row), duplicate_of=row["event_id"])
-        if row["fingerprint"] != item["fingerprint"]:
-            raise EventConflict(source, event_id)
-        return Ingested(self._settle(row))
+            return Ingested(self._settle(row), duplicate_of=row["event_id"], duplicate=True)
+        changed = not created and self._check_again(source, row, item)
+        return Ingested(self._settle(row), duplicate=not created, changed=changed)
 
     def _settle(self, row: dict[str, Any]) -> Job | None:
         """The handler job of a stored event, enqueued once (see :meth:`ingest`)."""
@@ -330,6 +358,17 @@ class Inbox:
         for r in rows:
             r["data"] = json.loads(r["data"])
         return rows
+
+    def show(self, source: str, event_id: str) -> dict[str, Any] | None:
+        """One stored event (None if not stored), with its redeliveries: how many (``redeliveries``),
+        how many brought other data (``changed``), and the last such data (``changed_data``), its
+        fingerprint and time."""
+        row = self.app.store.inbox_event_show(source, event_id)
+        if row is not None:
+            row["data"] = json.loads(row["data"])
+            if row["changed_data"] is not None:
+                row["changed_data"] = json.loads(row["changed_data"])
+        return row
 
     def replay_unhandled(self, source: str | None = None) -> list[Job]:
         """Enqueue the handler jobs of stored events that had no handler when they arrived."""

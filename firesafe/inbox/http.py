@@ -2,6 +2,8 @@
 
 The handler runs later in the workers, so the endpoint answers fast. An unverified, malformed or
 oversized request gets a 4xx and stores nothing; a store fault gets 503 so the sender redelivers.
+A delivery of an event received before is answered 200 with ``"duplicate": true`` (and the header
+``Firesafe-Duplicate: true``), also when its data changed, unless its source is ``strict`` (409).
 Whatever the body or headers hold, the answer is one of these, never a 500. A signed body received
 before under another event id is a duplicate (see :attr:`~firesafe.inbox.events.Source.keys_bodies`).
 Slow clients and too many connections are cut off by the server (:mod:`firesafe.inbox.serving`).
@@ -122,10 +124,12 @@ def event_routes(app: App) -> list[Route]:
         except FiresafeError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         answer = {"stored": True, "event_id": event_id, "type": etype, "job": got.job.key if got.job else None,
-                  "created": bool(got.job and got.job.created)}
+                  "created": bool(got.job and got.job.created), "duplicate": got.duplicate}
+        if got.changed:
+            answer["changed"] = True
         if got.duplicate_of is not None:
             answer["duplicate_of"] = got.duplicate_of
-        return JSONResponse(answer)
+        return JSONResponse(answer, headers={"Firesafe-Duplicate": "true"} if got.duplicate else None)
 
     return [Route("/events/{source}", receive, methods=["POST"])]
 

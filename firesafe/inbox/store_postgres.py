@@ -16,27 +16,44 @@ class InboxPostgres:
                           body_digest: str | None = None) -> tuple[bool, dict[str, Any]]:
         """Store an event once per (source, event id), and once per (source, body digest) if a digest
         is given, not yet handled; returns (created, the stored row: this id's, else the row of the
-        event stored with the same body digest under another id)."""
+        event stored with the same body digest under another id). A delivery of a stored event is
+        counted on its row (``redeliveries``; ``changed`` too if its type or data differ)."""
         key = {"source": source, "event_id": event_id}
+        now = self._now()
         with self._conn() as c, c.transaction():
             created = c.execute(self.q["inbox_event_insert"], {**key, "type": type, "data": data,
                                                                "fingerprint": fingerprint, "body_digest": body_digest,
-                                                               "now": self._now()}).rowcount == 1
+                                                               "now": now}).rowcount == 1
+            if not created:
+                c.execute(self.q["inbox_event_redelivered"], {**key, "data": data, "fingerprint": fingerprint,
+                                                              "now": now})
             row = c.execute(self.q["inbox_event_get"], key).fetchone()
             if row is None:  # nothing stored: the same body is stored under another id
                 row = c.execute(self.q["inbox_event_by_digest"], {"source": source,
                                                                   "body_digest": body_digest}).fetchone()
+                c.execute(self.q["inbox_event_redelivered"], {"source": source, "event_id": row["event_id"],
+                                                              "data": data, "fingerprint": fingerprint, "now": now})
         return created, dict(row)
 
     def inbox_event_store_many(self, source: str, items: list[dict[str, Any]]) -> dict[str, tuple[bool, dict]]:
         """Store a batch of one source's events in one transaction, not yet handled;
         ``{event_id: (created, row)}``."""
         with self._conn() as c, c.transaction():
+            now = self._now()
             created = {r["event_id"] for r in c.execute(self.q["inbox_event_insert_many"], {
-                "source": source, "now": self._now(), "items": json.dumps(items)}).fetchall()}
+                "source": source, "now": now, "items": json.dumps(items)}).fetchall()}
+            again = [it for it in items if it["event_id"] not in created]
+            if again:
+                c.execute(self.q["inbox_event_redelivered_many"], {"source": source, "now": now,
+                                                                   "items": json.dumps(again)})
             rows = c.execute(self.q["inbox_event_by_ids"], {"source": source,
                                                             "ids": [i["event_id"] for i in items]}).fetchall()
         return {r["event_id"]: (r["event_id"] in created, dict(r)) for r in rows}
+
+    def inbox_event_show(self, source: str, event_id: str) -> dict[str, Any] | None:
+        """One stored event, with what the last changed redelivery brought; None if not stored."""
+        rows = self._read("inbox_event_show", {"source": source, "event_id": event_id})
+        return dict(rows[0]) if rows else None
 
     def inbox_event_mark_handled(self, source: str, event_id: str) -> bool:
         with self._conn() as c:

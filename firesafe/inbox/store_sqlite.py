@@ -20,14 +20,20 @@ class InboxSQLite:
                           body_digest: str | None = None) -> tuple[bool, dict[str, Any]]:
         """Store an event once per (source, event id), and once per (source, body digest) if a digest
         is given, not yet handled; returns (created, the stored row: this id's, else the row of the
-        event stored with the same body digest under another id)."""
+        event stored with the same body digest under another id). A delivery of a stored event is
+        counted on its row (``redeliveries``; ``changed`` too if its type or data differ)."""
         key = {"source": source, "event_id": event_id}
+        now = self.now()
         with self._tx() as c:
             created = c.execute(Q["inbox_event_insert"], {**key, "type": type, "data": data, "fingerprint": fingerprint,
-                                                          "body_digest": body_digest, "now": self.now()}).rowcount == 1
+                                                          "body_digest": body_digest, "now": now}).rowcount == 1
+            if not created:
+                c.execute(Q["inbox_event_redelivered"], {**key, "data": data, "fingerprint": fingerprint, "now": now})
             found = c.execute(Q["inbox_event_get"], key).fetchone()
             if found is None:  # nothing stored: the same body is stored under another id
                 found = c.execute(Q["inbox_event_by_digest"], {"source": source, "body_digest": body_digest}).fetchone()
+                c.execute(Q["inbox_event_redelivered"], {"source": source, "event_id": found["event_id"],
+                                                         "data": data, "fingerprint": fingerprint, "now": now})
             row = dict(found)
         row["handled"] = bool(row["handled"])
         return created, row
@@ -42,6 +48,9 @@ class InboxSQLite:
                 if c.execute(Q["inbox_event_insert"], {"source": source, "now": now, "body_digest": None,
                                                        **it}).rowcount == 1:
                     created.add(it["event_id"])
+            again = [it for it in items if it["event_id"] not in created]
+            if again:
+                c.execute(Q["inbox_event_redelivered_many"], {"source": source, "now": now, "items": json.dumps(again)})
             rows = c.execute(Q["inbox_event_by_ids"], {"source": source,
                                                        "ids": json.dumps([i["event_id"] for i in items])})
             out = {}
@@ -50,6 +59,11 @@ class InboxSQLite:
                 row["handled"] = bool(row["handled"])
                 out[row["event_id"]] = (row["event_id"] in created, row)
         return out
+
+    def inbox_event_show(self, source: str, event_id: str) -> dict[str, Any] | None:
+        """One stored event, with what the last changed redelivery brought; None if not stored."""
+        rows = self._read("inbox_event_show", {"source": source, "event_id": event_id})
+        return {**dict(rows[0]), "handled": bool(rows[0]["handled"])} if rows else None
 
     def inbox_event_mark_handled(self, source: str, event_id: str) -> bool:
         """Note that the event's job is enqueued (committed with other threads' writes: one fsync)."""

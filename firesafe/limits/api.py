@@ -41,6 +41,18 @@ class Limiter:
     def __init__(self, app: App, spec: LimiterSpec) -> None:
         self.app = app
         self.spec = spec
+        # The end of the latest Retry-After pause this process stored (the store's clock): its jobs
+        # granted a token before it check with the store before they start (see gate.Gate.before_start).
+        self._paused_until: float | None = None
+
+    def _note_pause(self, until: float) -> None:
+        if self._paused_until is None or until > self._paused_until:
+            self._paused_until = until
+
+    def _paused_at(self, now: float | None) -> bool:
+        """Whether a pause this process stored may still hold at ``now`` (None: unknown, so it may)."""
+        until = self._paused_until
+        return until is not None and (now is None or now < until)
 
     @property
     def name(self) -> str:
@@ -77,12 +89,14 @@ class Limiter:
             except ValueError as exc:
                 raise InvalidInput(str(exc)) from None
         return self.app.store.limiter_pause(self.name, seconds=seconds, until=when,  # type: ignore[attr-defined]
-                                            reason=reason, actor=actor or _actor())
+                                            reason=reason_of(reason), actor=actor_of(actor))
 
-    def resume(self, actor: str | None = None) -> LimiterStatus:
-        """End a pause and close the breaker now; waiting jobs are released at the limiter's pace."""
+    def resume(self, actor: str | None = None, *, reason: str | None = None) -> LimiterStatus:
+        """End a pause and close the breaker now; waiting jobs are released at the limiter's pace.
+        The ``resumed`` event records ``actor`` (default ``$FIRESAFE_ACTOR``, else user@host) and ``reason``."""
         self._sync()
-        status, _released = self.app.store.limiter_resume(self.name, actor=actor or _actor())  # type: ignore[attr-defined]
+        status, _released = self.app.store.limiter_resume(  # type: ignore[attr-defined]
+            self.name, actor=actor_of(actor), reason=reason_of(reason))
         return status
 
     def status(self) -> LimiterStatus:
@@ -91,10 +105,16 @@ class Limiter:
         return next(s for s in self.app.store.limiter_list() if s.name == self.name)  # type: ignore[attr-defined]
 
 
-def _actor() -> str:
-    from firesafe.deadletters.dlq import default_actor
+def actor_of(actor: str | None) -> str:
+    from firesafe.deadletters.audit import actor_of as who
 
-    return default_actor()
+    return who(actor)
+
+
+def reason_of(reason: str | None) -> str | None:
+    from firesafe.deadletters.audit import reason_of as why
+
+    return why(reason)
 
 
 def declare(app: App, name: str, *, rate: float | None = None, per: float = 1.0, burst: float | None = None,

@@ -8,7 +8,9 @@ times and random draws are arguments, so every rule is tested without a database
 The rules:
 
 - **Rate.** A bucket of ``burst`` tokens refills at ``rate`` tokens per second; a job needs one
-  whole token to start. In any window of ``w`` seconds at most ``burst + rate * w`` jobs start.
+  whole token to start. In any window of ``w`` seconds at most ``burst + rate * w`` jobs are granted
+  a token. A grant is good for :func:`fresh_for` seconds: a job that would start later takes a
+  new token first, so the starts (what the provider sees) keep the bound within one.
 - **Concurrency.** At most ``concurrency`` jobs hold a slot at once (the store counts the slots
   whose job still holds its lease).
 - **Pause.** Until ``paused_until`` nothing starts. A pause empties the bucket, so work resumes at
@@ -39,6 +41,9 @@ DEFAULT_SPACING = 0.05
 PROBE_WAIT = 1.0
 #: Tolerance of float arithmetic on tokens.
 EPSILON = 1e-9
+#: Bounds of how long a grant stays good for the job it was given to (see :func:`fresh_for`, seconds).
+MIN_FRESH = 0.005
+MAX_FRESH = 0.02
 
 
 @dataclass(frozen=True)
@@ -291,6 +296,22 @@ def report(spec: LimiterSpec, st: LimiterState, now: float, outcome: str, *, job
         st = replace(st, failures=failures)
     until = st.retry_at if st.retry_at is not None else now
     return Reported(st, tuple(events), max(until, wait_until or until))
+
+
+def fresh_for(spec: LimiterSpec) -> float:
+    """How long after its grant a job may still start on it (seconds); one that would start later
+    asks the limiter again. Half a token's worth of time at the limiter's rate, between
+    :data:`MIN_FRESH` and :data:`MAX_FRESH`: a late start then adds at most one request to any window
+    the provider counts, and a pause stored meanwhile reaches the job before it starts.
+
+    >>> fresh_for(LimiterSpec("x", rate=20)), fresh_for(LimiterSpec("x", rate=50))
+    (0.02, 0.01)
+    >>> fresh_for(LimiterSpec("x", rate=1000)), fresh_for(LimiterSpec("x", concurrency=2))
+    (0.005, 0.02)
+    """
+    if spec.rate is None:
+        return MAX_FRESH
+    return min(MAX_FRESH, max(MIN_FRESH, 0.5 / spec.rate))
 
 
 def default_burst(rate_per_second: float) -> float:

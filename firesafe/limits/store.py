@@ -50,6 +50,9 @@ class Acquire:
     draw: float = 0.0  # in [0, 1): spreads the job inside its turn if it must wait
     defer: bool = True  # if refused, give the attempt back and schedule the job at its turn
     key: str | None = None
+    # The job holds a grant already but starts late: check the pause and the breaker again and take
+    # a fresh token; its concurrency slots are kept (none taken, none counted against it).
+    renew: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class Report:
     limiters: tuple[str, ...]
     outcome: str  # ok, failure or neutral (see bucket.report)
     pause_for: float | None = None  # the provider's Retry-After, seconds
+    pause_until: float | None = None  # the pause it already stored (limiter_retry_after): used instead of pause_for
     wait_for: float | None = None  # wait at least this long anyway (a limit refused inside the job)
     draw: float = 0.0
     finish: FinishParams | None = None  # the concluded attempt: turned into a wait if a verdict says so
@@ -263,8 +267,9 @@ class LimitsStore:
             slots: list[dict[str, Any]] = []
             waits: list[dict[str, Any]] = []
             for it in items:
-                checks = {n: bucket.check(specs[n], states[n], now, live=live.get(n, 0),
-                                          probe_alive=alive.get(n, False)) for n in it.limiters}
+                checks = {n: bucket.check(specs[n], states[n], now, live=0 if it.renew else live.get(n, 0),
+                                          probe_alive=alive.get(n, False) and not _probes(states[n], it))
+                          for n in it.limiters}
                 if all(ch.ok for ch in checks.values()):
                     quiet = all(states[n].breaker == bucket.CLOSED and states[n].failures == 0 for n in it.limiters)
                     probe = False
@@ -274,7 +279,7 @@ class LimitsStore:
                                                 probe=(it.job_id, it.token) if ch.probe else None)
                         if ch.probe:
                             alive[n] = probe = True
-                        if specs[n].concurrency is not None:
+                        if specs[n].concurrency is not None and not it.renew:
                             live[n] = live.get(n, 0) + 1
                             slots.append({"limiter": n, "job_id": it.job_id, "token": it.token})
                     grants.append(Grant(it.job_id, True, probe=probe, quiet=quiet, at=now))
@@ -326,7 +331,8 @@ class LimitsStore:
             waits: list[dict[str, Any]] = []
             events: list[tuple[str, str, str | None, dict[str, Any], int | None]] = []
             for it in items:
-                pause_until = now + it.pause_for if it.pause_for is not None else None
+                pause_until = it.pause_until if it.pause_until is not None else (
+                    now + it.pause_for if it.pause_for is not None else None)
                 wait_until: float | None = None
                 blocker = ""
                 for n in it.limiters:
@@ -354,7 +360,7 @@ class LimitsStore:
                 if it.finish is not None:
                     fin = it.finish
                     detail = json.loads(fin.detail) if fin.detail else {}
-                    why = "paused" if it.pause_for is not None else (
+                    why = "paused" if pause_until is not None else (
                         "breaker" if states[blocker].breaker != bucket.CLOSED else "limit")
                     detail["limiter"] = {"name": blocker, "wait": round(delay, 6), "why": why}
                     waits.append({"job_id": it.job_id, "token": it.token, "seq": it.seq, "delay": delay,
@@ -366,6 +372,26 @@ class LimitsStore:
             self._lim_events(c, now, events)
         written = {w["job_id"] for w in waits}
         return [replace(v, applied=v.job_id in applied) if v.job_id in written else v for v in verdicts]
+
+    def limiter_retry_after(self, specs: Mapping[str, LimiterSpec], limiters: Sequence[str], seconds: float, *,
+                            job_id: int | None = None, key: str | None = None) -> float:
+        """Pause ``limiters`` for every worker for ``seconds`` from now, as a provider's Retry-After
+        asks, the moment a job meets it; returns when the pause ends (the store's clock). The job's
+        attempt is not touched here: its outcome is saved later with this pause
+        (``Report.pause_until``), which then adds nothing to it. A pause only ever grows."""
+        names = sorted(set(limiters))
+        with self._lim_tx() as c:
+            now, states = self._lim_load(c, [specs[n] for n in names])
+            after: dict[str, LimiterState] = {}
+            events: list[tuple[str, str, str | None, dict[str, Any], int | None]] = []
+            for n in names:
+                after[n], started = bucket.pause(states[n], now, now + seconds, "retry_after")
+                if started:
+                    events.append((n, "paused", None, {"until": after[n].paused_until, "reason": "retry_after",
+                                                       "seconds": round(seconds, 3), "job": key}, job_id))
+            self._lim_save(c, now, states, after)
+            self._lim_events(c, now, events)
+        return max(st.paused_until or now + seconds for st in after.values())
 
     def _lim_one(self, c: Any, name: str) -> tuple[LimiterSpec, LimiterState, float]:
         rows = self._lim_exec(c, "limiter_lock", {"names": self._lim_list([name])}).fetchall()
@@ -393,9 +419,11 @@ class LimitsStore:
                                                                    "extended": not started}, None)])
         return self._lim_status(name)
 
-    def limiter_resume(self, name: str, *, actor: str | None = None) -> tuple[LimiterStatus, int]:
+    def limiter_resume(self, name: str, *, actor: str | None = None,
+                       reason: str | None = None) -> tuple[LimiterStatus, int]:
         """Lift a pause and close the breaker now; jobs waiting for the limiter are released at its
-        pace (spread over the line). Returns the status and how many waiting jobs were released."""
+        pace (spread over the line). Returns the status and how many waiting jobs were released.
+        The ``resumed`` event records ``actor`` and, in its detail, ``reason``."""
         with self._lim_tx() as c:
             spec, st, now = self._lim_one(c, name)
             released = self._lim_exec(c, "limiter_jobs_release", {"reason": REASON_PREFIX + name, "now": now,
@@ -403,8 +431,10 @@ class LimitsStore:
             new = bucket.resume(st, now)
             new = replace(new, line_at=now + max(released, 0) * spec.spacing)
             self._lim_save(c, now, {name: st}, {name: new})
-            self._lim_events(c, now, [(name, "resumed", actor, {"released": released, "was_paused": st.paused_until,
-                                                                "was_breaker": st.breaker}, None)])
+            detail = {"released": released, "was_paused": st.paused_until, "was_breaker": st.breaker}
+            if reason is not None:
+                detail["reason"] = reason
+            self._lim_events(c, now, [(name, "resumed", actor, detail, None)])
         return self._lim_status(name), max(released, 0)
 
     def _lim_status(self, name: str) -> LimiterStatus:
@@ -441,6 +471,11 @@ class LimitsStore:
             rows = list(reversed(rows))
         return [LimiterEvent(r["id"], r["limiter"], to_datetime(r["at"]), r["kind"], r["actor"],  # type: ignore[arg-type]
                              json.loads(r["detail"]) if r["detail"] else {}) for r in rows]
+
+
+def _probes(st: LimiterState, it: Acquire) -> bool:
+    """Whether the job asking is the breaker's probe already (renewing its grant)."""
+    return it.renew and st.probe_job == it.job_id and st.probe_token == it.token
 
 
 def _spec_params(spec: LimiterSpec, now: float) -> dict[str, Any]:

@@ -1,5 +1,15 @@
 """Part 4, the rerun story: durable steps that resume from their checkpoint, durable sleeps, reruns."""
 
-from firesafe.rerun.steps import DuplicateStep, LeaseLost, NonDeterminism, StepError, Steps, step_key
+from firesafe.rerun.steps import (
+    DuplicateStep,
+    LeaseLost,
+    NonDeterminism,
+    StepError,
+    Steps,
+    is_repeatable,
+    repeatable,
+    step_key,
+)
 
-__all__ = ["DuplicateStep", "LeaseLost", "NonDeterminism", "StepError", "Steps", "step_key"]
+__all__ = ["DuplicateStep", "LeaseLost", "NonDeterminism", "StepError", "Steps", "is_repeatable", "repeatable",
+           "step_key"]

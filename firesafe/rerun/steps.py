@@ -9,12 +9,13 @@ it to the provider (an ``Idempotency-Key`` header) and the provider closes that 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from firesafe.errors import InvalidInput, Permanent, RetryAfter, UnstorableValue
 from firesafe.idempotency.keys import canonical_json
@@ -25,6 +26,44 @@ if TYPE_CHECKING:
 
 MAX_STEP_RESULT = 1024 * 1024
 MAX_STEP_NAME = 200
+#: The mark :func:`repeatable` puts on a step's function.
+REPEATABLE = "__firesafe_repeatable__"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def repeatable(fn: F) -> F:
+    """Declare a step's function safe to run more than once: a read, an upsert, a call its provider
+    deduplicates by itself. ``ctx.step("fetch", repeatable(fetch_rates), day)``, or ``@repeatable``
+    on the function. The step is recorded and restored like any other (a recorded step never runs
+    again); the mark tells ``firesafe drill`` that a call repeated after a crash is not a double
+    effect, so the drill does not count it as a broken promise. Returns a marked wrapper; ``fn``
+    itself is left as it is (it may be used unmarked in another step).
+
+    >>> is_repeatable(repeatable(len)), is_repeatable(len)
+    (True, False)
+    """
+    if not callable(fn):
+        raise InvalidInput(f"repeatable() takes a step's function, not {type(fn).__name__}")
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def acall(*args: Any, **kwargs: Any) -> Any:
+            return await fn(*args, **kwargs)
+
+        marked: Any = acall
+    else:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+
+        marked = call
+    setattr(marked, REPEATABLE, True)
+    return marked  # type: ignore[no-any-return]
+
+
+def is_repeatable(fn: object) -> bool:
+    """Whether ``fn`` was declared safe to repeat with :func:`repeatable`."""
+    return getattr(fn, REPEATABLE, False) is True
 
 
 class StepError(Permanent):

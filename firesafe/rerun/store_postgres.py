@@ -25,7 +25,7 @@ class StepsPostgres:
                                                      "position": position, "result": result,
                                                      "now": self._now()}).rowcount == 1
 
-    def job_rerun(self, job_id: int, actor: str, from_position: int | None) -> bool:
+    def job_rerun(self, job_id: int, actor: str, from_position: int | None, reason: str | None = None) -> bool:
         now = self._now()
         with self._conn() as c, c.transaction():
             if not c.execute(self.q["job_rerun"], {"job_id": job_id, "now": now,
@@ -37,5 +37,6 @@ class StepsPostgres:
                                       {"job_id": job_id, "position": from_position}).rowcount
             c.execute(self.q["event_insert"], {"job_id": job_id, "now": now, "kind": "rerun", "actor": actor,
                                                "detail": json.dumps({"from_position": from_position,
-                                                                     "steps_forgotten": forgotten})})
+                                                                     "steps_forgotten": forgotten,
+                                                                **({"reason": reason} if reason is not None else {})})})
         return True

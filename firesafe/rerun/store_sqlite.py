@@ -27,7 +27,7 @@ class StepsSQLite:
                                                  "position": position, "result": result,
                                                  "now": self.now()}) == 1
 
-    def job_rerun(self, job_id: int, actor: str, from_position: int | None) -> bool:
+    def job_rerun(self, job_id: int, actor: str, from_position: int | None, reason: str | None = None) -> bool:
         now = self.now()
         with self._tx() as c:
             if c.execute(Q["job_rerun"], {"job_id": job_id, "now": now}).rowcount != 1:
@@ -37,5 +37,6 @@ class StepsSQLite:
                 forgotten = c.execute(Q["step_delete_from"], {"job_id": job_id, "position": from_position}).rowcount
             c.execute(Q["event_insert"], {"job_id": job_id, "now": now, "kind": "rerun", "actor": actor,
                                           "detail": json.dumps({"from_position": from_position,
-                                                                "steps_forgotten": forgotten})})
+                                                                "steps_forgotten": forgotten,
+                                                                **({"reason": reason} if reason is not None else {})})})
         return True

@@ -132,9 +132,11 @@ def _shown(value: object) -> str:
 
 def backfill(app: App, name: str, start: object, end: object, *, dry_run: bool = False, rerun: str = "none",
              max_active: int | None = None, progress: Callable[[int, int], None] | None = None,
-             actor: str | None = None) -> BackfillResult:
-    """Enqueue the windows of schedule ``name`` that start in [start, end) and have ended."""
-    from firesafe.deadletters.dlq import default_actor
+             actor: str | None = None, reason: str | None = None) -> BackfillResult:
+    """Enqueue the windows of schedule ``name`` that start in [start, end) and have ended. Its
+    ``backfill_started`` and ``backfill_finished`` events (and the ``rerun`` event of each window it
+    re-runs) record ``actor`` (default ``$FIRESAFE_ACTOR``, else user@host) and ``reason``."""
+    from firesafe.deadletters.audit import actor_of, reason_of
 
     schedule = app.schedules.get(name)
     if schedule is None:
@@ -171,7 +173,7 @@ def backfill(app: App, name: str, start: object, end: object, *, dry_run: bool =
     except (OverflowError, ValueError):  # a fire past year 9999 or before year 1
         raise _out_of_range(f"the range from {_shown(start)} to {_shown(end)}", schedule) from None
     result.windows = total
-    who = actor or default_actor()
+    who, why = actor_of(actor), reason_of(reason)
     backfill_id = uuid.uuid4().hex[:12]
     has_missed = bool(store.schedule_missed_count().get(name))
     if progress:
@@ -179,9 +181,10 @@ def backfill(app: App, name: str, start: object, end: object, *, dry_run: bool =
     if not dry_run:
         store.schedule_event_record(name, NewEvent("backfill_started", {
             "id": backfill_id, "from": lo.isoformat(), "to": hi.isoformat(), "windows": total, "rerun": rerun,
-            "max_active": max_active, "actor": who}, dedupe=f"backfill_started:{name}:{backfill_id}"))
+            "max_active": max_active, "actor": who, "reason": why}, dedupe=f"backfill_started:{name}:{backfill_id}"))
     done = 0
     rerun_any = False
+    last: tuple[int, int] | None = None  # the latest window enqueued or re-run
     pause = threading.Event()
     windows = ended()
     while done < total:
@@ -195,10 +198,12 @@ def backfill(app: App, name: str, start: object, end: object, *, dry_run: bool =
         if dry_run:
             _classify_dry(app, result, items)
         else:
-            resolved = _apply(app, schedule, result, items, chunk, who)
+            resolved = _apply(app, schedule, result, items, chunk, who, why)
             rerun_any = rerun_any or result.rerun_count > 0
+            if resolved:
+                last = max(last or resolved[-1], resolved[-1])
             if has_missed and resolved:
-                store.schedule_missed_resolve(name, resolved)
+                store.schedule_missed_resolve(name, [w[0] for w in resolved])
         done += len(chunk)
         if progress:
             progress(done, total)
@@ -208,7 +213,10 @@ def backfill(app: App, name: str, start: object, end: object, *, dry_run: bool =
         store.schedule_event_record(name, NewEvent("backfill_finished", {
             "id": backfill_id, "from": lo.isoformat(), "to": hi.isoformat(), "windows": total,
             "enqueued": result.enqueued, "rerun_count": result.rerun_count, "skipped": result.skipped,
-            "conflicts": result.conflicts, "actor": who}, dedupe=f"backfill_finished:{name}:{backfill_id}"))
+            "conflicts": result.conflicts, "actor": who, "reason": why,
+            # the latest window it enqueued or re-ran: `firesafe schedules` shows it as the last window
+            "last_start": last[0] if last else None, "last_end": last[1] if last else None},
+            dedupe=f"backfill_finished:{name}:{backfill_id}"))
     return result
 
 
@@ -237,10 +245,10 @@ def _classify_dry(app: App, result: BackfillResult, items: list[dict[str, Any]])
 
 
 def _apply(app: App, schedule: Schedule, result: BackfillResult, items: list[dict[str, Any]],
-           chunk: list[tuple[int, int]], actor: str) -> list[float]:
-    """Enqueue a chunk; re-run what the policy asks. Returns the window starts now enqueued or re-run."""
+           chunk: list[tuple[int, int]], actor: str, reason: str | None = None) -> list[tuple[int, int]]:
+    """Enqueue a chunk; re-run what the policy asks. Returns the windows now enqueued or re-run, in order."""
     jobs = enqueue_keeping_stored(schedule, items)
-    resolved: list[float] = []
+    resolved: list[tuple[int, int]] = []
     for job, item, window in zip(jobs, items, chunk, strict=True):
         if job is None:
             result.conflicts += 1
@@ -249,14 +257,14 @@ def _apply(app: App, schedule: Schedule, result: BackfillResult, items: list[dic
         elif job.created:
             result.enqueued += 1
             _note(result, job.key)
-            resolved.append(window[0])
+            resolved.append(window)
         elif _wants_rerun(result.rerun, job.state):
             # a succeeded window runs from scratch; a dead or cancelled one resumes its recorded steps
             from_position = 0 if job.state == State.SUCCEEDED else None
-            if app.store.job_rerun(job.id, actor, from_position):
+            if app.store.job_rerun(job.id, actor, from_position, reason):
                 result.rerun_count += 1
                 _note(result, job.key)
-                resolved.append(window[0])
+                resolved.append(window)
             else:  # it moved meanwhile (a worker replayed it, say): leave it
                 result.active += 1
         else:

@@ -2,8 +2,10 @@
 
 ``@app.schedule("0 2 * * *", tz="Europe/Berlin")`` declares a job (retries, dead letters and
 replays work as for any job) whose function takes ``(ctx, window)``. Each window is enqueued once,
-under the key ``<schedule>@<window start>``; its arguments are the window's bounds as ISO text,
-rebuilt into a :class:`~firesafe.schedules.Window` before the function is called.
+under the key ``<schedule>@<window start>``, into the schedule's ``queue`` (``default`` unless
+given); its arguments are the window's bounds as ISO text, rebuilt into a
+:class:`~firesafe.schedules.Window` before the function is called. Workers that serve the queue run
+its scheduler.
 """
 
 from __future__ import annotations
@@ -81,7 +83,8 @@ class Schedule:
         self.job = job
 
     def __repr__(self) -> str:
-        return f"<schedule {self.name} {self.cron.expression!r} tz={self.cron.tz} catchup={self.catchup}>"
+        return (f"<schedule {self.name} {self.cron.expression!r} tz={self.cron.tz} queue={self.queue} "
+                f"catchup={self.catchup}>")
 
     @property
     def expression(self) -> str:
@@ -90,6 +93,11 @@ class Schedule:
     @property
     def tz(self) -> str:
         return self.cron.tz
+
+    @property
+    def queue(self) -> str:
+        """The queue its windows are enqueued into; only workers serving it run its scheduler."""
+        return self.job.queue
 
     def key(self, start: int | float) -> str:
         """The job key of the window starting at ``start``."""
@@ -117,7 +125,7 @@ def declare(app: App, expression: str, *, tz: str = "UTC", catchup: str = "all",
             name: str | None = None, queue: str = "default", max_attempts: int = 5, backoff: Backoff | None = None,
             timeout: float | None = None, give_up_on: Sequence[type[BaseException]] = (),
             max_deferrals: int = DEFAULT_MAX_DEFERRALS, limiter: str | None = None,
-            limiters: Sequence[str] | None = None) -> Callable[[Callable[..., Any]], ScheduleDef]:
+            limiters: Sequence[str] | None = None, alert: Any = None) -> Callable[[Callable[..., Any]], ScheduleDef]:
     """The decorator behind ``app.schedule``: bad input fails here, when the schedule is declared."""
     label = name or "<schedule>"
     cron = Cron(expression, tz)
@@ -141,13 +149,17 @@ def declare(app: App, expression: str, *, tz: str = "UTC", catchup: str = "all",
             from firesafe.limits.api import job_limiters
 
             job.limiters = job_limiters(schedule_name, limiter, limiters)
+        if alert is not None:  # who hears of a window's failures, as for @app.job(alert=...)
+            from firesafe.alerts.policy import AlertPolicy
+
+            job.alert = AlertPolicy.of(alert, schedule_name)
         app.jobs[schedule_name] = job
         app.schedules[schedule_name] = Schedule(schedule_name, cron, catchup, window_s, grace_s, job)
         hooks = app._duty_hooks
         if not any(getattr(h, "firesafe_scheduler", False) for h in hooks):
             from firesafe.schedules.scheduler import start_duty
 
-            hooks.append(start_duty(app))  # workers of this app run the scheduler
+            hooks.append(start_duty(app))  # workers serving a schedule's queue run the scheduler
         return job
 
     return register

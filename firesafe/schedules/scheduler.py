@@ -2,9 +2,11 @@
 
 Guarantees: every window is enqueued at most once (its job key is ``<schedule>@<start>``, a unique
 constraint), and each window that came due is either enqueued or recorded as missed, once. One
-scheduler is active per store at a time (the leader lease ``firesafe.scheduler``); when its worker
-dies another takes over within one lease period. What a scheduler decided is remembered in the
-store (a cursor per schedule), so a restart enqueues nothing that was already decided.
+scheduler is active per store and queue at a time (the leader lease ``firesafe.scheduler:<queue>``);
+when its worker dies another worker serving that queue takes over within one lease period. A worker
+runs the scheduler only for the schedules whose queue it serves (none with ``scheduler=False``), so
+windows are enqueued where a worker takes them. What a scheduler decided is remembered in the store
+(a cursor per schedule), so a restart enqueues nothing that was already decided.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +44,8 @@ class TickResult:
 
 
 class Scheduler:
-    """One worker's scheduler. Call :meth:`tick` about every :attr:`interval` seconds."""
+    """One worker's scheduler, for the schedules of ``queues`` (None: every schedule). Call
+    :meth:`tick` about every :attr:`interval` seconds."""
 
     LEADER = "firesafe.scheduler"
     #: Seconds between ticks.
@@ -50,31 +53,48 @@ class Scheduler:
     #: Seconds the leader lease lasts without renewal: the longest a dead scheduler is not replaced.
     LEASE = 10.0
 
-    def __init__(self, app: App, holder: str, *, interval: float | None = None, lease: float | None = None) -> None:
+    def __init__(self, app: App, holder: str, *, queues: Sequence[str] | None = None, interval: float | None = None,
+                 lease: float | None = None) -> None:
         self.app = app
         self.holder = holder
+        self.queues = None if queues is None else frozenset(queues)
         self.interval = interval or self.INTERVAL
         self.lease = lease or self.LEASE
-        self.leading = False
+        self.leading = False  # active for at least one queue
+        self._led: set[str] = set()  # the queues whose scheduler lease this one holds
+
+    @classmethod
+    def lease_name(cls, queue: str) -> str:
+        """The leader lease of the schedules of one queue."""
+        return f"{cls.LEADER}:{queue}"
+
+    def schedules(self) -> list[Schedule]:
+        """The declared schedules this scheduler runs: those whose queue it serves."""
+        return [s for s in self.app.schedules.values() if self.queues is None or s.queue in self.queues]
 
     def tick(self) -> dict[str, TickResult] | None:
-        """Renew or take the lease, then decide every schedule's due windows; None if not the leader."""
+        """Renew or take the lease of each queue served, then decide the due windows of the schedules
+        of the queues led; None if this scheduler leads no queue."""
         store = self.app.store
-        if not store.leader_acquire(self.LEADER, self.holder, self.lease):
-            if self.leading:
-                log.warning("scheduler %s lost the scheduler lease", self.holder)
-            self.leading = False
+        schedules = self.schedules()
+        led = {q for q in sorted({s.queue for s in schedules})
+               if store.leader_acquire(self.lease_name(q), self.holder, self.lease)}
+        for queue in sorted(self._led - led):
+            log.warning("scheduler %s lost the scheduler lease of queue %s", self.holder, queue)
+        for queue in sorted(led - self._led):
+            log.info("scheduler %s is the active scheduler for queue %s", self.holder, queue)
+        self._led = led
+        self.leading = bool(led)
+        if not led:
             return None
-        if not self.leading:
-            log.info("scheduler %s is the active scheduler", self.holder)
-            self.leading = True
-        return self.run()
+        return self.run([s for s in schedules if s.queue in led])
 
-    def run(self) -> dict[str, TickResult]:
-        """Decide every schedule's due windows, without the lease (keys and the cursor's
-        compare-and-set keep schedulers that race from enqueuing or recording a window twice)."""
+    def run(self, schedules: Sequence[Schedule] | None = None) -> dict[str, TickResult]:
+        """Decide the due windows of ``schedules`` (default: every schedule this scheduler runs),
+        without the lease (keys and the cursor's compare-and-set keep schedulers that race from
+        enqueuing or recording a window twice)."""
         store = self.app.store
-        schedules = list(self.app.schedules.values())
+        schedules = self.schedules() if schedules is None else list(schedules)
         if not schedules:
             return {}
         now = store.now()
@@ -115,23 +135,24 @@ class Scheduler:
         return TickResult(created, len(plan.missed) if recorded else 0, recorded)
 
     def stop(self) -> None:
-        """Give the lease up, so another worker's scheduler takes over at once."""
-        if not self.leading:
-            return
+        """Give the leases up, so other workers' schedulers take over at once."""
+        led, self._led = sorted(self._led), set()
         self.leading = False
-        try:
-            self.app.store.leader_release(self.LEADER, self.holder)
-        except StoreError as exc:
-            log.warning("could not release the scheduler lease (%s); it expires in %.0fs", exc, self.lease)
+        for queue in led:
+            try:
+                self.app.store.leader_release(self.lease_name(queue), self.holder)
+            except StoreError as exc:
+                log.warning("could not release the scheduler lease of queue %s (%s); it expires in %.0fs",
+                            queue, exc, self.lease)
 
 
 class SchedulerDuty:
     """The background duty of a worker that runs its scheduler (invariant 7): a small loop in a
-    thread of its own, so a slow tick never holds up jobs. Started by the worker for apps that
-    declare schedules; stopping it gives the lease up."""
+    thread of its own, so a slow tick never holds up jobs. Started by the worker for the schedules
+    of the queues it serves; stopping it gives the leases up."""
 
-    def __init__(self, app: App, holder: str) -> None:
-        self.scheduler = Scheduler(app, holder)
+    def __init__(self, app: App, holder: str, queues: Sequence[str] | None = None) -> None:
+        self.scheduler = Scheduler(app, holder, queues=queues)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="firesafe-scheduler", daemon=True)
 
@@ -164,12 +185,23 @@ class SchedulerDuty:
 
 
 def start_duty(app: App) -> Callable[[Any], Callable[[], None] | None]:
-    """The worker duty hook of an app with schedules: starts a :class:`SchedulerDuty` per worker."""
+    """The worker duty hook of an app with schedules: starts a :class:`SchedulerDuty` in each worker
+    that serves the queue of at least one schedule, unless the worker was made with ``scheduler=False``."""
 
     def start(worker: Any) -> Callable[[], None] | None:
         if not app.schedules:
             return None
-        duty = SchedulerDuty(app, getattr(worker, "id", f"pid-{id(worker)}"))
+        if not getattr(worker, "scheduler", True):
+            log.info("scheduler off in this worker (scheduler=False / --no-scheduler): it enqueues no windows")
+            return None
+        queues = getattr(worker, "queues", None)
+        served = Scheduler(app, "", queues=queues).schedules()
+        if not served:
+            elsewhere = sorted({s.queue for s in app.schedules.values()})
+            log.info("no schedule is on the queue(s) this worker serves (%s); schedules are on %s: this "
+                     "worker runs no scheduler", ", ".join(queues or ()), ", ".join(elsewhere))
+            return None
+        duty = SchedulerDuty(app, getattr(worker, "id", f"pid-{id(worker)}"), queues)
         duty.start()
         return duty.stop
 

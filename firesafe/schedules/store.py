@@ -102,9 +102,11 @@ class ScheduleStore(Protocol):
         or the schedule is paused. Missed windows are recorded at most once per (schedule, start)."""
         ...
 
-    def schedule_pause(self, name: str, expression: str, tz: str, paused: bool) -> ScheduleState:
+    def schedule_pause(self, name: str, expression: str, tz: str, paused: bool, *, actor: str | None = None,
+                       reason: str | None = None) -> ScheduleState:
         """Pause or resume. Resuming moves the cursor to ``now``: windows that ended while paused are
-        not run (backfill them on purpose)."""
+        not run (backfill them on purpose). With ``actor``, the change is recorded in the audit log
+        (``schedule_pause`` / ``schedule_resume``, subject the schedule) in the same transaction."""
         ...
 
     def schedule_missed_list(self, name: str, limit: int = 100, open_only: bool = False) -> list[MissedWindow]:
@@ -130,6 +132,10 @@ class ScheduleStore(Protocol):
 
     def schedule_window_states(self, keys: Sequence[str]) -> dict[str, tuple[int, str]]:
         """``{key: (job id, state)}`` for the window jobs that exist among ``keys``."""
+        ...
+
+    def schedule_backfill_last(self, name: str) -> tuple[float, float] | None:
+        """``(start, end)`` of the latest window a backfill of this schedule enqueued or re-ran."""
         ...
 
     def schedule_job_counts(self, name: str) -> dict[str, int]:

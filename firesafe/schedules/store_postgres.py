@@ -74,11 +74,16 @@ class SchedulesPostgres:
                    payload={"schedule": name, **event.detail}, dedupe=event.dedupe, conn=c)
         return int(row["id"])
 
-    def schedule_pause(self, name: str, expression: str, tz: str, paused: bool) -> ScheduleState:
+    def schedule_pause(self, name: str, expression: str, tz: str, paused: bool, *, actor: str | None = None,
+                       reason: str | None = None) -> ScheduleState:
         q = self.q
         with self._conn() as c, c.transaction():
+            before = c.execute(q["schedule_state_get"], {"name": name}).fetchone()
             c.execute(q["schedule_pause" if paused else "schedule_resume"],
                       {"name": name, "expression": expression, "tz": tz, "now": self._now()})
+            if actor is not None:
+                self._audit(c, "schedule_pause" if paused else "schedule_resume", name, actor, reason,  # type: ignore[attr-defined]
+                            {"was_paused": bool(before and before["paused"])}, self._now())
             return state_from_row(c.execute(q["schedule_state_get"], {"name": name}).fetchone())
 
     def schedule_missed_list(self, name: str, limit: int = 100, open_only: bool = False) -> list[MissedWindow]:
@@ -109,6 +114,12 @@ class SchedulesPostgres:
             return {}
         rows = self._read("schedule_window_states", {"keys": list(keys)})
         return {r["key"]: (int(r["id"]), r["state"]) for r in rows}
+
+    def schedule_backfill_last(self, name: str) -> tuple[float, float] | None:
+        rows = self._read("schedule_backfill_last", {"name": name})
+        if not rows or rows[0]["last_start"] is None or rows[0]["last_end"] is None:
+            return None
+        return float(rows[0]["last_start"]), float(rows[0]["last_end"])
 
     def schedule_job_counts(self, name: str) -> dict[str, int]:
         return {r["state"]: int(r["n"]) for r in self._read("schedule_job_counts", {"name": name})}

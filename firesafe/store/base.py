@@ -103,6 +103,30 @@ class JobFilter:
 
 
 @dataclass(frozen=True)
+class DeadFilter:
+    """Which dead jobs to list, the last to die first: filters, then a page that starts after
+    ``after`` (the ``(finished_at, id)`` of the previous page's last job) or at ``offset``."""
+
+    name: str | None = None
+    queue: str | None = None
+    error_type: str | None = None
+    reason: str | None = None
+    since: float | None = None  # died at or after
+    until: float | None = None  # died before
+    after: tuple[float, int] | None = None
+    limit: int = 100
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class DeadPage:
+    """A page of dead jobs and where the next one starts (None: this page is the last)."""
+
+    jobs: list[Job]
+    next: tuple[float, int] | None
+
+
+@dataclass(frozen=True)
 class StepRecord:
     name: str
     position: int
@@ -208,15 +232,26 @@ class Store(abc.ABC):
         """How many jobs match a filter (limit and offset ignored)."""
 
     @abc.abstractmethod
-    def job_replay_many(self, ids: Sequence[int], actor: str) -> list[int]:
-        """Requeue dead or cancelled jobs with a fresh budget; returns the ids that moved."""
+    def dead_list(self, filt: DeadFilter) -> DeadPage:
+        """A page of the dead jobs matching a filter, the last to die first (ties: the newest id
+        first), with the exact cursor of the next page (``after``) when the page is full."""
 
     @abc.abstractmethod
-    def job_discard_many(self, ids: Sequence[int], actor: str) -> list[int]:
-        """Move dead jobs to ``cancelled`` (reason ``discarded``); returns the ids that moved."""
+    def dead_count(self, filt: DeadFilter) -> int:
+        """How many dead jobs match a filter (cursor, limit and offset ignored)."""
 
     @abc.abstractmethod
-    def job_cancel(self, job_id: int, actor: str) -> str:
+    def job_replay_many(self, ids: Sequence[int], actor: str, reason: str | None = None) -> list[int]:
+        """Requeue dead or cancelled jobs with a fresh budget; returns the ids that moved. Each gets a
+        ``replayed`` event by ``actor``, with ``reason`` in its detail."""
+
+    @abc.abstractmethod
+    def job_discard_many(self, ids: Sequence[int], actor: str, reason: str | None = None) -> list[int]:
+        """Move dead jobs to ``cancelled`` (reason ``discarded``); returns the ids that moved. Each gets
+        a ``discarded`` event by ``actor``, with ``reason`` in its detail."""
+
+    @abc.abstractmethod
+    def job_cancel(self, job_id: int, actor: str, reason: str | None = None) -> str:
         """Cancel a waiting job (``"cancelled"``) or ask a running one to stop (``"requested"``);
         ``"finished"`` if it had already ended."""
 
@@ -262,7 +297,7 @@ class Store(abc.ABC):
         or the step was recorded already."""
 
     @abc.abstractmethod
-    def job_rerun(self, job_id: int, actor: str, from_position: int | None) -> bool:
+    def job_rerun(self, job_id: int, actor: str, from_position: int | None, reason: str | None = None) -> bool:
         """Requeue a dead, cancelled or succeeded job, forgetting its steps from ``from_position``
         on (None: keep every step, so it resumes); records a ``rerun`` event. False if it is not
         in one of those states."""
@@ -270,6 +305,36 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release connections."""
+
+
+#: A cursor past every dead job: the first page of :meth:`Store.dead_list`.
+_FIRST_PAGE = (float("inf"), 2**62)
+
+
+def dead_params(f: DeadFilter) -> dict[str, Any]:
+    """The parameters of the ``dead_list`` and ``dead_count`` queries (the same in both dialects)."""
+    after_at, after_id = f.after if f.after is not None else _FIRST_PAGE
+    return {"name": f.name, "queue": f.queue, "error_type": f.error_type, "reason": f.reason, "since": f.since,
+            "until": f.until, "after_at": float(after_at), "after_id": int(after_id), "limit": f.limit,
+            "offset": f.offset}
+
+
+def dead_page(rows: Sequence[Any], limit: int, job: Any) -> DeadPage:
+    """The page of ``dead_list`` rows: its jobs (``job`` reads a row) and, when it is full, the next
+    page's cursor from the last row's stored values (a job's datetime keeps microseconds, the
+    store's number may hold more: only the stored one resumes exactly after it)."""
+    nxt = (float(rows[-1]["finished_at"]), int(rows[-1]["id"])) if rows and len(rows) >= limit else None
+    return DeadPage([job(r) for r in rows], nxt)
+
+
+def event_detail(reason: str | None, **detail: Any) -> str | None:
+    """The JSON ``detail`` of an event that a person caused: why (``reason``) and what else there is
+    to say; None when there is nothing."""
+    import json
+
+    if reason is not None:
+        detail["reason"] = reason
+    return json.dumps(detail) if detail else None
 
 
 def check_worker_prefix(prefix: str) -> None:
@@ -325,18 +390,19 @@ class MovesByQuery:
     moved, and returns those ids. Mixed in before :class:`Store`; the moves are the same queries
     (by name) in every dialect."""
 
-    def _move_many(self, query: str, kind: str, ids: Sequence[int], actor: str) -> list[int]:
+    def _move_many(self, query: str, kind: str, ids: Sequence[int], actor: str, detail: str | None) -> list[int]:
         raise NotImplementedError
 
-    def job_replay_many(self, ids: Sequence[int], actor: str) -> list[int]:
-        return self._move_many("job_replay", "replayed", ids, actor)
+    def job_replay_many(self, ids: Sequence[int], actor: str, reason: str | None = None) -> list[int]:
+        return self._move_many("job_replay", "replayed", ids, actor, event_detail(reason))
 
-    def job_discard_many(self, ids: Sequence[int], actor: str) -> list[int]:
-        return self._move_many("job_discard", "discarded", ids, actor)
+    def job_discard_many(self, ids: Sequence[int], actor: str, reason: str | None = None) -> list[int]:
+        return self._move_many("job_discard", "discarded", ids, actor, event_detail(reason))
 
-    def job_cancel(self, job_id: int, actor: str) -> str:
-        if self._move_many("job_cancel_waiting", "cancelled", [job_id], actor):
+    def job_cancel(self, job_id: int, actor: str, reason: str | None = None) -> str:
+        detail = event_detail(reason)
+        if self._move_many("job_cancel_waiting", "cancelled", [job_id], actor, detail):
             return "cancelled"
-        if self._move_many("job_cancel_running", "cancel_requested", [job_id], actor):
+        if self._move_many("job_cancel_running", "cancel_requested", [job_id], actor, detail):
             return "requested"
         return "finished"

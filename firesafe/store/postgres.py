@@ -45,6 +45,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from firesafe.alerts.store_postgres import AlertsPostgres
 from firesafe.clock import Clock
 from firesafe.dashboard.store_queries import DashboardQueries
+from firesafe.deadletters.audit import AuditPostgres
 from firesafe.errors import ConfigError, InvalidInput, StoreDataError, StoreError
 from firesafe.inbox.store_postgres import InboxPostgres
 from firesafe.limits.store_postgres import LimitsPostgres
@@ -57,6 +58,8 @@ from firesafe.store import queries
 from firesafe.store.base import (
     Claimed,
     ClaimParams,
+    DeadFilter,
+    DeadPage,
     Expired,
     FinishParams,
     InsertParams,
@@ -67,6 +70,8 @@ from firesafe.store.base import (
     Store,
     check_existing,
     check_worker_prefix,
+    dead_page,
+    dead_params,
     dedupe_batch,
     in_batch_order,
 )
@@ -305,7 +310,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostgres, AlertsPostgres,
-                    DashboardQueries, MovesByQuery, Store):
+                    DashboardQueries, AuditPostgres, MovesByQuery, Store):
     dialect = "postgres"
     concurrent_writers = True
 
@@ -797,11 +802,19 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
     def job_count(self, filt: JobFilter) -> int:
         return int(self._read("job_count", self._filter_params(filt))[0]["n"])
 
-    def _move_many(self, query: str, kind: str, ids: Sequence[int], actor: str) -> list[int]:
+    def dead_list(self, filt: DeadFilter) -> DeadPage:
+        with self._conn() as c:
+            rows = c.execute(self.q["dead_list"], dead_params(filt), binary=True).fetchall()
+        return dead_page(rows, filt.limit, Job.from_row)
+
+    def dead_count(self, filt: DeadFilter) -> int:
+        return int(self._read("dead_count", dead_params(filt))[0]["n"])
+
+    def _move_many(self, query: str, kind: str, ids: Sequence[int], actor: str, detail: str | None) -> list[int]:
         if not ids:
             return []
-        rows = self._write(query, {"ids": _number_array(ids), "kind": kind, "actor": actor, "now": self._now(),
-                                   "channel": self.channel})
+        rows = self._write(query, {"ids": _number_array(ids), "kind": kind, "actor": actor, "detail": detail,
+                                   "now": self._now(), "channel": self.channel})
         moved = {r["id"] for r in rows}
         return [i for i in ids if i in moved]
 

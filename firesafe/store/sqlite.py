@@ -21,6 +21,7 @@ from typing import Any
 from firesafe.alerts.store_sqlite import AlertsSQLite
 from firesafe.clock import Clock, SystemClock
 from firesafe.dashboard.store_queries import DashboardQueries
+from firesafe.deadletters.audit import AuditSQLite
 from firesafe.errors import OtherTables, StoreDataError, StoreError
 from firesafe.inbox.store_sqlite import InboxSQLite
 from firesafe.limits.store_sqlite import LimitsSQLite
@@ -33,6 +34,8 @@ from firesafe.store import queries
 from firesafe.store.base import (
     Claimed,
     ClaimParams,
+    DeadFilter,
+    DeadPage,
     Expired,
     FinishParams,
     InsertParams,
@@ -43,6 +46,8 @@ from firesafe.store.base import (
     Store,
     check_existing,
     check_worker_prefix,
+    dead_page,
+    dead_params,
     dedupe_batch,
     in_batch_order,
 )
@@ -95,7 +100,7 @@ def _refused(exc: Exception, path: str) -> StoreDataError:
 
 
 class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, AlertsSQLite, DashboardQueries,
-                  MovesByQuery, Store):
+                  AuditSQLite, MovesByQuery, Store):
     dialect = "sqlite"
 
     def __init__(self, path: str, clock: Clock | None = None, *, busy_timeout: float = 30.0,
@@ -469,14 +474,20 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
     def job_count(self, filt: JobFilter) -> int:
         return int(self._read("job_count", self._filter_params(filt))[0][0])
 
-    def _move_many(self, query: str, kind: str, ids: Sequence[int], actor: str) -> list[int]:
+    def dead_list(self, filt: DeadFilter) -> DeadPage:
+        return dead_page(self._read("dead_list", dead_params(filt)), filt.limit, Job.from_row)
+
+    def dead_count(self, filt: DeadFilter) -> int:
+        return int(self._read("dead_count", dead_params(filt))[0][0])
+
+    def _move_many(self, query: str, kind: str, ids: Sequence[int], actor: str, detail: str | None) -> list[int]:
         now = self.now()
         moved: list[int] = []
         with self._tx() as c:
             for job_id in ids:
                 if c.execute(Q[query], {"job_id": job_id, "now": now}).rowcount == 1:
                     c.execute(Q["event_insert"], {"job_id": job_id, "now": now, "kind": kind, "actor": actor,
-                                                  "detail": None})
+                                                  "detail": detail})
                     moved.append(job_id)
         return moved
 

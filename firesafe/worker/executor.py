@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
 import time
 import traceback as tb_mod
 from dataclasses import dataclass, replace
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from firesafe.app import JobDef
     from firesafe.context import Context
 
+log = logging.getLogger("firesafe.worker")
+
 #: Bounds of what the trace keeps of an error (characters).
 MAX_TYPE = 200
 MAX_MESSAGE = 2000
@@ -44,6 +47,7 @@ class AttemptResult:
     traceback: str | None = None
     result_json: str | None = None  # the canonical JSON of ``value``, made once when the attempt ends
     retry_after: float | None = None  # seconds an HTTP 429/503 error's Retry-After asks for (firesafe/limits)
+    paused_until: float | None = None  # the limiter pause that Retry-After stored at once (the store's clock)
 
 
 class TimedOut(Exception):
@@ -67,8 +71,16 @@ async def _bounded(coro: Any, timeout: float | None) -> tuple[Any, bool]:
 
 def execute(jobdef: JobDef, ctx: Context, args: list[Any], kwargs: dict[str, Any]) -> AttemptResult:
     """Run the job function once; never raises: whatever it raises, even SystemExit, KeyboardInterrupt
-    or asyncio.CancelledError, is that attempt's failure (a worker thread must never die of a job)."""
+    or asyncio.CancelledError, is that attempt's failure (a worker thread must never die of a job).
+
+    Under limiters, the job's code runs only if its grant still holds when it starts (else the
+    attempt ends unrun, given back), and a Retry-After it meets pauses the limiters at once."""
     start = time.monotonic()
+    gate = ctx._gate
+    if gate is not None:
+        refused = gate.before_start(ctx, jobdef.timeout)
+        if refused is not None:
+            return AttemptResult(refused, duration=time.monotonic() - start)
     try:
         if jobdef.is_async:
             value, timed_out = run_coroutine(_bounded(jobdef.fn(ctx, *args, **kwargs), jobdef.timeout), None)
@@ -90,7 +102,13 @@ def execute(jobdef: JobDef, ctx: Context, args: list[Any], kwargs: dict[str, Any
     except ProcessDeath:
         raise
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, CancelledError a job raises: its failure too
-        return _failed(exc, start)
+        res = _failed(exc, start)
+        if gate is not None:
+            try:
+                res.paused_until = gate.after_failure(ctx, res.error, res.retry_after)
+            except Exception:  # firesafe's own bug: the outcome's report pauses the limiter instead
+                log.exception("could not tell the limiters of %s about its failure", ctx.job.key)
+        return res
 
 
 def _failed(exc: BaseException, start: float) -> AttemptResult:

@@ -90,10 +90,12 @@ class Worker:
                  poll_interval: float = 0.5, grace: float = 30.0, batch: int | None = None,
                  max_lost: int = DEFAULT_MAX_LOST, rescue_interval: float | None = None,
                  seed: int | None = None, prefetch: int | None = None, group: LaneGroup | None = None,
-                 lane: int = 0, pipeline: int | None = None) -> None:
+                 lane: int = 0, pipeline: int | None = None, scheduler: bool = True) -> None:
         self.app = app
         self.store = app.store
         self.queues = tuple(queues) if queues else app.queues()
+        # Whether it runs the scheduler of the schedules on its queues (firesafe/schedules/scheduler.py).
+        self.scheduler = scheduler
         self.concurrency = max(1, concurrency)
         self.burst = burst
         self.wait_scheduled = wait_scheduled
@@ -523,7 +525,8 @@ class Worker:
             self._end_unrun(executor.undecodable(claimed))
             return
         ctx = Context(JobInfo(job.key, job.name, job.queue, job.attempt, job.max_attempts, job.runs, job.id),
-                      store=self.store, app=self.app, token=claimed.token, is_async=jobdef.is_async)
+                      store=self.store, app=self.app, token=claimed.token, is_async=jobdef.is_async,
+                      gate=self._limits)
         # Sync attempts end by the loop's deadline; async ones are cancelled by their own event loop at
         # the timeout, and the loop's deadline, a little later, ends one that blocks its event loop
         # (time.sleep, a busy loop) and so cannot be cancelled.
@@ -741,6 +744,7 @@ class Worker:
               keep_slots: bool = False) -> None:
         """Account for saved outcomes: free slots, count, log, run the finish hooks."""
         info = log.isEnabledFor(logging.INFO)  # else skip building the log fields (once per attempt)
+        debug = log.isEnabledFor(logging.DEBUG)
         for i, (fin, ok) in enumerate(zip(finishes, applied, strict=True)):
             running = meta[i][0] if meta else None
             if running is not None and not keep_slots:
@@ -751,17 +755,19 @@ class Worker:
                             running.claimed.job.key if running else fin.job_id)
                 continue
             self._count(fin)
-            if not info:
+            # A limiter's wait (gate.waited) is bookkeeping: DEBUG; the limiter's INFO summary counts it.
+            wait = fin.reason == "limiter" and fin.outcome == "deferred"
+            if not (debug if wait else info):
                 continue
             key = running.claimed.job.key if running else str(fin.job_id)
             name = running.claimed.job.name if running else "?"
             duration = (time.monotonic() - running.started) if running and running.started else 0.0
-            log.info("%s %s attempt=%s outcome=%s state=%s duration=%.3fs%s", name, key,
-                     running.claimed.job.attempt if running else "?", fin.outcome, fin.state, duration,
-                     f" error={fin.error_type}: {fin.message}" if fin.error_type and fin.outcome != "succeeded"
-                     else "",
-                     extra={"job_key": key, "job_name": name, "outcome": str(fin.outcome),
-                            "state": str(fin.state), "duration": round(duration, 6)})
+            log.log(logging.DEBUG if wait else logging.INFO, "%s %s attempt=%s outcome=%s state=%s duration=%.3fs%s",
+                    name, key, running.claimed.job.attempt if running else "?", fin.outcome, fin.state, duration,
+                    f" error={fin.error_type}: {fin.message}" if fin.error_type and fin.outcome != "succeeded"
+                    else "",
+                    extra={"job_key": key, "job_name": name, "outcome": str(fin.outcome),
+                           "state": str(fin.state), "duration": round(duration, 6)})
         try:
             self.app._after_finish(finishes, applied)
         except Exception:  # a hook's bug must not stop the worker: its outcomes are saved already

@@ -4,29 +4,36 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from itertools import pairwise
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from firesafe.alerts import render
-from firesafe.alerts.grouping import Event, plan, rate_transition
+from firesafe.alerts.grouping import Event, GroupKey, plan, rate_transition
 from firesafe.alerts.store import OutboxEvent
 from firesafe.models import Attempt, Job
 from firesafe.states import State
 
 
-def simulate(times: list[tuple[float, str, str | None]], *, wait: float, interval: float, poll: float,
-             until: float) -> list[tuple[float, tuple[str, str | None], tuple[int, ...]]]:
-    """A dispatcher polling ``plan`` every ``poll`` seconds over events arriving at ``times``."""
-    pending = [Event(i, kind, job, "critical", t) for i, (t, kind, job) in enumerate(times)]
-    last: dict[tuple[str, str | None], float] = {}
+def simulate(times: list[tuple[Any, ...]], *, wait: float, interval: float, poll: float,
+             until: float) -> list[tuple[float, GroupKey, tuple[int, ...]]]:
+    """A dispatcher polling ``plan`` every ``poll`` seconds over events arriving at ``times``:
+    ``(at, kind, job)`` or ``(at, kind, job, severity, muted)``."""
+    def event(i: int, t: tuple[Any, ...]) -> Event:
+        severity, muted = (t[3], t[4]) if len(t) > 3 else ("critical", False)
+        return Event(i, t[1], t[2], severity, t[0], muted)
+
+    pending = [event(i, t) for i, t in enumerate(times)]
+    last: dict[GroupKey, float] = {}
     sent = []
     now = 0.0
     while now <= until:
         arrived = [e for e in pending if e.created_at <= now]
         for b in plan(arrived, last, now, wait=wait, interval=interval):
-            last[(b.kind, b.job_name)] = now
-            sent.append((now, (b.kind, b.job_name), b.event_ids))
+            key = (b.kind, b.job_name, b.severity, b.muted)
+            last[key] = now
+            sent.append((now, key, b.event_ids))
             gone = set(b.event_ids)
             pending = [e for e in pending if e.id not in gone]
         now += poll
@@ -43,13 +50,16 @@ def test_a_storm_of_a_thousand_failures_over_ten_minutes_is_a_handful_of_alerts(
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 300), st.sampled_from(["dead_letter", "queue_stuck"]),
-                          st.sampled_from(["a", "b", None])), max_size=200),
+                          st.sampled_from(["a", "b", None]), st.sampled_from(["critical", "warning", "info"]),
+                          st.booleans()), max_size=200),
        st.floats(0, 30), st.floats(1, 120))
 def test_every_event_leaves_once_and_a_group_never_sends_faster_than_its_interval(
-        times: list[tuple[float, str, str | None]], wait: float, interval: float) -> None:
+        times: list[tuple[float, str, str | None, str, bool]], wait: float, interval: float) -> None:
     sent = simulate(times, wait=wait, interval=interval, poll=1.0, until=300 + wait + interval + 2)
     ids = [i for _, _, batch in sent for i in batch]
     assert sorted(ids) == list(range(len(times))), "each event in exactly one alert"
+    for _, (kind, job, severity, muted), batch in sent:  # one alert = one severity, muted or not
+        assert {times[i][1:5] for i in batch} == {(kind, job, severity, muted)}
     for key in {k for _, k, _ in sent}:
         at = [t for t, k, _ in sent if k == key]
         assert all(b - a >= interval - 1e-9 for a, b in pairwise(at))

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from firesafe import App
 from firesafe.cli._common import human_duration
 from firesafe.cli.main import cli
+from firesafe.deadletters.audit import default_actor
 from tests.cli.conftest import AppModule
 
 
@@ -190,7 +191,8 @@ def test_a_port_in_use_is_a_one_line_error(inprocess_app: AppModule, command: st
 def test_cancel_prints_json(dead: App) -> None:
     result = run("cancel", "refund:o-2", "--json", "--store", dead.store_url)
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output) == {"key": "refund:o-2", "outcome": "cancelled", "state": "cancelled"}
+    assert json.loads(result.output) == {"key": "refund:o-2", "outcome": "cancelled", "state": "cancelled",
+                                         "actor": default_actor(), "reason": None}
     again = json.loads(run("cancel", "refund:o-2", "--json", "--store", dead.store_url).output)
     assert again["outcome"] == "finished"
 
@@ -198,10 +200,10 @@ def test_cancel_prints_json(dead: App) -> None:
 def test_dlq_purge_prints_json(dead: App) -> None:
     url = dead.store_url
     dry = json.loads(run("dlq", "purge", "--older-than", "0", "--dry-run", "--json", "--store", url).output)
-    assert dry == {"dry_run": True, "older_than": 0.0, "count": 1}
+    assert dry == {"dry_run": True, "older_than": 0.0, "count": 1, "actor": default_actor(), "reason": None}
     time.sleep(0.01)
     done = json.loads(run("dlq", "purge", "--older-than", "0", "--yes", "--json", "--store", url).output)
-    assert done == {"dry_run": False, "older_than": 0.0, "count": 1}
+    assert done == {"dry_run": False, "older_than": 0.0, "count": 1, "actor": default_actor(), "reason": None}
     none = json.loads(run("dlq", "purge", "--older-than", "0", "--yes", "--json", "--store", url).output)
     assert none["count"] == 0
 

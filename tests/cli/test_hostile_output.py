@@ -142,7 +142,7 @@ def test_lone_surrogates_and_nul_from_the_store_are_printed_as_escapes(
 
     def surrogates(self: App, key: str) -> object:
         job = get(self, key)
-        trace = [dataclasses.replace(a, message="caf\udce9 \x00", traceback="Traceback\ncaf\udce9")
+        trace = [dataclasses.replace(a, message="caf\udce9 acme\x00corp", traceback="Traceback\ncaf\udce9")
                  for a in job.trace]
         return dataclasses.replace(job, error_message="caf\udce9 acme\x00corp", result={"name": "caf\udce9"},
                                    trace=trace)

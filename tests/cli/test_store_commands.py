@@ -113,7 +113,8 @@ def test_migrate_takes_the_store_from_the_environment(tmp_path: Path, monkeypatc
 def test_reading_a_missing_store_creates_nothing(tmp_path: Path) -> None:
     result = run("jobs", "--store", f"sqlite:///{tmp_path}/nope.db")
     assert result.exit_code == 1
-    assert "no firesafe store at" in result.output and "firesafe migrate" in result.output
+    assert f"no store at {tmp_path}/nope.db: the file does not exist" in result.output
+    assert "firesafe migrate" in result.output
     assert not (tmp_path / "nope.db").exists()
 
 

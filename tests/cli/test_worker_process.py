@@ -263,7 +263,7 @@ def test_bulk_replay_on_a_terminal_asks_first(appmod: AppModule) -> None:
             os.write(controller, f"{answer}\n".encode())
             proc = subprocess.run([sys.executable, "-m", "firesafe", "dlq", "replay", "--job", "charge", "--store",
                                    appmod.url], stdin=terminal, capture_output=True, text=True, timeout=30,
-                                  cwd=appmod.dir)
+                                  cwd=appmod.dir, env={**os.environ, "FIRESAFE_ACTOR": "ops-ann"})
         finally:
             os.close(terminal)
             os.close(controller)
@@ -272,7 +272,7 @@ def test_bulk_replay_on_a_terminal_asks_first(appmod: AppModule) -> None:
         if answer == "n":
             assert "not confirmed; nothing changed" in proc.stderr
             assert set(states(appmod.url).values()) == {"dead"}
-    assert proc.stdout.strip() == "replayed 2 job(s)" and set(states(appmod.url).values()) == {"queued"}
+    assert proc.stdout.strip() == "replayed 2 job(s) as ops-ann" and set(states(appmod.url).values()) == {"queued"}
 
 
 def test_children_stop_gracefully_when_the_supervisor_is_killed(appmod: AppModule) -> None:

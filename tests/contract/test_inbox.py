@@ -8,6 +8,7 @@ import pytest
 
 from firesafe import App, InvalidInput, State
 from firesafe.inbox import EventConflict
+from firesafe.store.base import JobFilter
 
 
 def test_an_event_delivered_many_times_runs_its_handler_once(app: App) -> None:
@@ -86,13 +87,25 @@ def test_the_same_body_digest_under_another_id_is_the_first_event_again(app: App
     assert sorted(e["event_id"] for e in app.inbox.list()) == ["d-1", "d-10", "d-11"]
 
 
-def test_same_id_with_other_data_is_a_conflict(app: App) -> None:
+def test_same_id_with_other_data_is_a_counted_duplicate_unless_strict_and_another_type_a_conflict(app: App) -> None:
     @app.on_event("shop")
     def h(ctx, event) -> None: ...
 
     app.ingest("shop", event_id="e1", type="t", data={"a": 1})
+    same = app.inbox.receive("shop", event_id="e1", type="t", data={"a": 1})
+    assert same.duplicate and not same.changed and same.job is not None and not same.job.created
+    again = app.inbox.receive("shop", event_id="e1", type="t", data={"a": 2})
+    assert again.duplicate and again.changed and again.job is not None and again.job.key == "shop:e1"
+    shown = app.inbox.show("shop", "e1")
+    assert shown is not None and shown["data"] == {"a": 1} and shown["changed_data"] == {"a": 2}
+    assert (shown["redeliveries"], shown["changed"]) == (2, 1) and shown["changed_at"] is not None
     with pytest.raises(EventConflict, match="e1"):
-        app.ingest("shop", event_id="e1", type="t", data={"a": 2})
+        app.ingest("shop", event_id="e1", type="other", data={"a": 1})
+    app.event_source("shop", strict=True)
+    with pytest.raises(EventConflict, match="strict"):
+        app.ingest("shop", event_id="e1", type="t", data={"a": 3})
+    assert app.inbox.show("shop", "e1")["changed"] == 3  # refused deliveries are counted too
+    assert app.store.job_count(JobFilter(name="h")) == 1
 
 
 def test_unhandled_events_are_kept_listed_and_replayed_once_a_handler_exists(store_url: str, clock) -> None:
@@ -157,5 +170,9 @@ def test_ingest_many_stores_a_batch_once_including_repeats_within_it(app: App) -
     app.work(burst=True)
     assert app.get("q:e2").result == 2
     assert len(app.inbox.list()) == 3
+    changed = app.inbox.ingest_many("q", [("e4", "paid", {"n": 4}), ("e2", "paid", {"n": 99})])
+    assert [j.key for j in changed if j] == ["q:e4", "q:e2"] and not changed[1].created
+    [e2] = [e for e in app.inbox.list("q") if e["event_id"] == "e2"]
+    assert (e2["redeliveries"], e2["changed"]) == (2, 1)
     with pytest.raises(EventConflict):
-        app.inbox.ingest_many("q", [("e4", "paid", {"n": 4}), ("e2", "paid", {"n": 99})])
+        app.inbox.ingest_many("q", [("e5", "paid", {"n": 5}), ("e2", "other", {"n": 2})])

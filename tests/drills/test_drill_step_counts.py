@@ -197,7 +197,8 @@ def user_dir(tmp_path: Path) -> Path:
 def drill(user_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {**os.environ, "PYTHONPATH": str(user_dir), **env}
     environ.pop("FIRESAFE_STORE", None)
-    return subprocess.run([sys.executable, "-m", "firesafe", "drill", "drillapp:app", "--json", *args], cwd=user_dir,
+    return subprocess.run([sys.executable, "-m", "firesafe", "drill", "drillapp:app", "--json", "--yes", *args],
+                          cwd=user_dir,
                           env=environ, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 

@@ -89,7 +89,7 @@ def test_a_captured_github_body_replayed_under_a_fresh_delivery_id_is_a_duplicat
     replay = github_post(base, body, "delivery-2")
     assert replay.status_code == 200, replay.text
     assert replay.json() == {"stored": True, "event_id": "delivery-2", "type": "push", "job": "github:delivery-1",
-                             "created": False, "duplicate_of": "delivery-1"}
+                             "created": False, "duplicate": True, "duplicate_of": "delivery-1"}
     retyped = github_post(base, body, "delivery-3", **{"X-GitHub-Event": "release"})
     assert retyped.status_code == 200 and retyped.json()["duplicate_of"] == "delivery-1"
     with ThreadPoolExecutor(8) as pool:  # fresh ids at once: each is recognised
@@ -223,7 +223,8 @@ def test_a_redelivery_after_the_job_was_pruned_is_acknowledged_and_runs_nothing(
     assert app.prune()["succeeded"] == 1
     again = github_post(base, body, "d-5")
     assert again.status_code == 200, again.text
-    assert again.json() == {"stored": True, "event_id": "d-5", "type": "push", "job": None, "created": False}
+    assert again.json() == {"stored": True, "event_id": "d-5", "type": "push", "job": None, "created": False,
+                            "duplicate": True}
     app.work(burst=True)
     assert handled == ["d-5"]
     from firesafe.store.base import JobFilter

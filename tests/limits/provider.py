@@ -66,6 +66,10 @@ class Provider:
         self.throttle_for = 0.0  # Retry-After of that 429: every request for that long gets one too
         self.throttled_from: float | None = None  # when the first 429 was answered
         self.date_form = False  # Retry-After as an HTTP date instead of seconds
+        self.once_at: int | None = None  # the request number (1-based) that gets the only 429
+        self.once_retry_after = 2.0  # the Retry-After (seconds) of that 429
+        self.once_delay = 0.0  # how long that 429 takes to be answered (seconds)
+        self.once_sent_at: float | None = None  # when that 429 was answered
         provider = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -94,6 +98,8 @@ class Provider:
             number = len(self.hits) + 1
             if now < self.down_until:
                 return 503, {}
+            if self.once_at is not None and number == self.once_at:
+                return 429, {"Retry-After": f"{self.once_retry_after:g}"}
             if self.throttle_at is not None and number >= self.throttle_at and self.throttled_from is None:
                 self.throttled_from = now
             if self.throttled_from is not None and now < self.throttled_from + self.throttle_for:
@@ -115,6 +121,9 @@ class Provider:
         try:
             if self.latency:
                 time.sleep(self.latency)
+            if status == 429 and self.once_at is not None:
+                time.sleep(self.once_delay)
+                self.once_sent_at = time.time()
             body = json.dumps({"key": key, "status": status}).encode()
             handler.send_response(status)
             for name, value in headers.items():
@@ -131,6 +140,11 @@ class Provider:
     def times(self, status: int | None = None) -> list[float]:
         with self._lock:
             return sorted(h.at for h in self.hits if status is None or h.status == status)
+
+    def hits_of(self, prefix: str) -> list[Hit]:
+        """The requests of the jobs whose key starts with ``prefix``, in arrival order."""
+        with self._lock:
+            return sorted((h for h in self.hits if h.key.startswith(prefix)), key=lambda h: h.at)
 
     def ok_keys(self) -> list[str]:
         with self._lock:

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from firesafe.cli.main import cli
+from firesafe.deadletters.audit import default_actor
 
 APP = '''
 from datetime import timedelta
@@ -205,7 +206,8 @@ def test_unknown_schedules_subcommand_is_no_such_command(target: str) -> None:
 
 def test_pause_and_resume_say_when_nothing_changed(target: str) -> None:
     first = json.loads(run("schedules", "pause", target, "five", "--json").output)
-    assert first == {"schedule": "five", "paused": True, "changed": True, "next_due": None}
+    assert first == {"schedule": "five", "paused": True, "changed": True, "next_due": None,
+                     "actor": default_actor(), "reason": None}
     again = run("schedules", "pause", target, "five")
     assert again.exit_code == 0 and "five was already paused" in again.output
     assert json.loads(run("schedules", "pause", target, "five", "--json").output)["changed"] is False

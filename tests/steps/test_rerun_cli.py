@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from firesafe import App, State
 from firesafe.cli.main import cli
+from firesafe.deadletters.audit import default_actor
 
 
 def test_rerun_resume_from_step_and_errors(sqlite_url: str) -> None:
@@ -24,7 +25,8 @@ def test_rerun_resume_from_step_and_errors(sqlite_url: str) -> None:
     runner = CliRunner()
     r = runner.invoke(cli, ["rerun", "f", "--from-step", "b", "--json", "--store", sqlite_url])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output) == {"key": "f", "state": "queued", "steps_kept": ["a"]}
+    assert json.loads(r.output) == {"key": "f", "state": "queued", "steps_kept": ["a"], "actor": default_actor(),
+                                    "reason": None}
     app.work(burst=True)
     assert ran == ["a", "b", "c", "b", "c"] and app.get("f").state == State.SUCCEEDED
     r = runner.invoke(cli, ["rerun", "f", "--store", sqlite_url])

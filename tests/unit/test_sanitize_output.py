@@ -209,3 +209,24 @@ def test_logging_never_raises_on_arguments_that_cannot_be_printed(logged: Logged
 def test_message_of_is_get_message_when_it_works() -> None:
     record = logging.LogRecord("x", logging.INFO, "x", 0, "%s=%d", ("n", 3), None)
     assert message_of(record) == record.getMessage() == "n=3"
+
+
+class _Dsn:
+    """An extra log field that is not JSON: its text holds a secret."""
+
+    def __str__(self) -> str:
+        return "postgresql://app:hunter2-secret@db.internal/shop"
+
+
+def test_json_log_masks_the_text_of_extra_fields_that_are_not_json() -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JSONFormatter())
+    record = logging.LogRecord("firesafe.worker", logging.INFO, __file__, 0, "connected", None, None)
+    record.target = _Dsn()
+    record.peers = [_Dsn(), {"sent": ("Bearer abc.def.ghi",)}, {1: "x"}]
+    handler.handle(record)
+    row = json.loads(stream.getvalue())
+    assert "hunter2" not in stream.getvalue()
+    assert row["target"] == "postgresql://app:********@db.internal/shop"
+    assert row["peers"] == ["postgresql://app:********@db.internal/shop", {"sent": ["Bearer ********"]}, {"1": "x"}]

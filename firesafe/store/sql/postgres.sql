@@ -318,7 +318,7 @@ moved AS (
     RETURNING j.id, j.queue, c.now AS at),
 recorded AS (
     INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
-    SELECT id, at, %(kind)s, %(actor)s, NULL FROM moved),
+    SELECT id, at, %(kind)s, %(actor)s, %(detail)s FROM moved),
 woken AS (
     SELECT pg_notify(%(channel)s, q.queue) FROM (SELECT DISTINCT queue FROM moved) q)
 SELECT id, (SELECT count(*) FROM woken) AS woken FROM moved;
@@ -336,7 +336,7 @@ moved AS (
     RETURNING j.id, c.now AS at),
 recorded AS (
     INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
-    SELECT id, at, %(kind)s, %(actor)s, NULL FROM moved)
+    SELECT id, at, %(kind)s, %(actor)s, %(detail)s FROM moved)
 SELECT id FROM moved;
 
 -- name: job_cancel_waiting
@@ -352,7 +352,7 @@ moved AS (
     RETURNING j.id, c.now AS at),
 recorded AS (
     INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
-    SELECT id, at, %(kind)s, %(actor)s, NULL FROM moved)
+    SELECT id, at, %(kind)s, %(actor)s, %(detail)s FROM moved)
 SELECT id FROM moved;
 
 -- name: job_cancel_running
@@ -368,7 +368,7 @@ moved AS (
     RETURNING j.id, c.now AS at),
 recorded AS (
     INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
-    SELECT id, at, %(kind)s, %(actor)s, NULL FROM moved)
+    SELECT id, at, %(kind)s, %(actor)s, %(detail)s FROM moved)
 SELECT id FROM moved;
 
 -- name: event_insert
@@ -416,6 +416,31 @@ WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(since)s::float8 IS NULL OR updated_at >= %(since)s::float8)
   AND (%(until)s::float8 IS NULL OR updated_at < %(until)s::float8)
   AND (%(keys)s::text[] IS NULL OR key = ANY(%(keys)s::text[]));
+
+-- name: dead_list
+-- Dead jobs matching optional filters, the last to die first (by finished_at, then id), a page
+-- after the cursor (after_at, after_id): the (state, finished_at) index is read backwards from the
+-- cursor (ties on finished_at sorted by id), so a page costs its own rows only.
+SELECT * FROM {schema}.firesafe_jobs
+WHERE state = 'dead' AND (finished_at, id) < (%(after_at)s::float8, %(after_id)s::bigint)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(error_type)s::text IS NULL OR error_type = %(error_type)s::text)
+  AND (%(reason)s::text IS NULL OR reason = %(reason)s::text)
+  AND (%(since)s::float8 IS NULL OR finished_at >= %(since)s::float8)
+  AND (%(until)s::float8 IS NULL OR finished_at < %(until)s::float8)
+ORDER BY finished_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: dead_count
+-- How many dead jobs match the filters of dead_list (cursor, limit and offset aside).
+SELECT count(*) AS n FROM {schema}.firesafe_jobs
+WHERE state = 'dead'
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(error_type)s::text IS NULL OR error_type = %(error_type)s::text)
+  AND (%(reason)s::text IS NULL OR reason = %(reason)s::text)
+  AND (%(since)s::float8 IS NULL OR finished_at >= %(since)s::float8)
+  AND (%(until)s::float8 IS NULL OR finished_at < %(until)s::float8);
 
 -- name: job_stats
 -- Counts by queue and state.

@@ -176,6 +176,25 @@ WHERE (:state IS NULL OR state = :state) AND (:name IS NULL OR name = :name)
   AND (:since IS NULL OR updated_at >= :since) AND (:until IS NULL OR updated_at < :until)
   AND (:keys IS NULL OR key IN (SELECT value FROM json_each(:keys)));
 
+-- name: dead_list
+-- Dead jobs matching optional filters, the last to die first (by finished_at, then id), a page
+-- after the cursor (:after_at, :after_id): the row-value comparison reads the (state, finished_at)
+-- index from the cursor on (its entries end in the id), so a page costs its own rows only.
+SELECT * FROM firesafe_jobs
+WHERE state = 'dead' AND (finished_at, id) < (:after_at, :after_id)
+  AND (:name IS NULL OR name = :name) AND (:queue IS NULL OR queue = :queue)
+  AND (:error_type IS NULL OR error_type = :error_type) AND (:reason IS NULL OR reason = :reason)
+  AND (:since IS NULL OR finished_at >= :since) AND (:until IS NULL OR finished_at < :until)
+ORDER BY finished_at DESC, id DESC LIMIT :limit OFFSET :offset;
+
+-- name: dead_count
+-- How many dead jobs match the filters of dead_list (cursor, limit and offset aside).
+SELECT count(*) AS n FROM firesafe_jobs
+WHERE state = 'dead'
+  AND (:name IS NULL OR name = :name) AND (:queue IS NULL OR queue = :queue)
+  AND (:error_type IS NULL OR error_type = :error_type) AND (:reason IS NULL OR reason = :reason)
+  AND (:since IS NULL OR finished_at >= :since) AND (:until IS NULL OR finished_at < :until);
+
 -- name: job_stats
 -- Counts by queue and state.
 SELECT queue, state, count(*) AS n FROM firesafe_jobs GROUP BY queue, state ORDER BY queue, state;

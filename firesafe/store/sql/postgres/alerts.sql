@@ -32,9 +32,10 @@ FROM {schema}.firesafe_alert_outbox WHERE alert_id IS NULL ORDER BY id LIMIT %(l
 SELECT count(*) AS n FROM {schema}.firesafe_alert_outbox WHERE alert_id IS NULL;
 
 -- name: alert_last_sent
--- When each (kind, job name) group last became an alert.
-SELECT kind, job_name, max(created_at) AS at FROM {schema}.firesafe_alerts WHERE created_at >= %(since)s::float8
-GROUP BY kind, job_name;
+-- When each (kind, job name, severity, muted or not) group last became an alert.
+SELECT kind, job_name, severity, status = 'muted' AS muted, max(created_at) AS at
+FROM {schema}.firesafe_alerts WHERE created_at >= %(since)s::float8
+GROUP BY kind, job_name, severity, status = 'muted';
 
 -- name: alert_insert
 -- Create one alert.

@@ -73,7 +73,8 @@ WHERE id = %(job_id)s AND lease_token = %(token)s AND lease_expires >= %(now)s::
 -- Give running attempts back to wait for a limiter: scheduled at their turns, the attempts not used
 -- and not counted as deferrals; fenced on the lease token. PostgreSQL differs: the batch is one
 -- statement over arrays that also writes the trace entries (attempt_close's work) and returns
--- the ids that applied.
+-- the ids that applied. The job's error stays its last failed attempt's: a wait is not a failure
+-- (its message and error are in its trace entry).
 WITH w AS MATERIALIZED (
     SELECT * FROM unnest(%(job_id)s::bigint[], %(token)s::text[], %(seq)s::int[], %(delay)s::float8[],
                          %(reason)s::text[], %(error_type)s::text[], %(message)s::text[],
@@ -82,9 +83,7 @@ WITH w AS MATERIALIZED (
 moved AS (
     UPDATE {schema}.firesafe_jobs j
     SET state = 'scheduled', lease_token = NULL, lease_expires = NULL, run_at = %(now)s::float8 + w.delay,
-        attempt = j.attempt - 1, reason = w.reason,
-        error_type = coalesce(w.error_type, j.error_type), error_message = coalesce(w.message, j.error_message),
-        updated_at = %(now)s::float8
+        attempt = j.attempt - 1, reason = w.reason, updated_at = %(now)s::float8
     FROM w
     WHERE j.id = w.job_id AND j.lease_token = w.token
     RETURNING j.id, j.attempt, j.worker, j.started_at),

@@ -85,3 +85,11 @@ SELECT key, id, state FROM {schema}.firesafe_jobs WHERE key = ANY(%(keys)s::text
 -- name: schedule_job_counts
 -- How many jobs of one name are in each state.
 SELECT state, count(*) AS n FROM {schema}.firesafe_jobs WHERE name = %(name)s GROUP BY state;
+
+-- name: schedule_backfill_last
+-- The latest window a backfill of one schedule enqueued or re-ran (its backfill_finished events' last window).
+-- The detail column is JSON text (as on SQLite), read as jsonb here.
+SELECT (detail::jsonb ->> 'last_start')::float8 AS last_start, (detail::jsonb ->> 'last_end')::float8 AS last_end
+FROM {schema}.firesafe_schedule_events
+WHERE schedule = %(name)s AND kind = 'backfill_finished' AND detail::jsonb ->> 'last_start' IS NOT NULL
+ORDER BY (detail::jsonb ->> 'last_start')::float8 DESC LIMIT 1;

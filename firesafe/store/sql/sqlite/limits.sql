@@ -65,12 +65,11 @@ WHERE id = :job_id AND state = 'running' AND lease_token = :token AND lease_expi
 
 -- name: limiter_job_wait
 -- Give a running attempt back to wait for a limiter: scheduled at its turn, the attempt not used and
--- not counted as a deferral; fenced on the lease token.
+-- not counted as a deferral; fenced on the lease token. The job's error stays its last failed
+-- attempt's: a wait is not a failure (its message and error are in its trace entry).
 UPDATE firesafe_jobs
 SET state = 'scheduled', lease_token = NULL, lease_expires = NULL, run_at = :now + :delay,
-    attempt = attempt - 1, reason = :reason,
-    error_type = coalesce(:error_type, error_type), error_message = coalesce(:message, error_message),
-    updated_at = :now
+    attempt = attempt - 1, reason = :reason, updated_at = :now
 WHERE id = :job_id AND state = 'running' AND lease_token = :token;
 
 -- name: limiter_jobs_release

@@ -75,3 +75,10 @@ SELECT key, id, state FROM firesafe_jobs WHERE key IN (SELECT value FROM json_ea
 -- name: schedule_job_counts
 -- How many jobs of one name are in each state.
 SELECT state, count(*) AS n FROM firesafe_jobs WHERE name = :name GROUP BY state;
+
+-- name: schedule_backfill_last
+-- The latest window a backfill of one schedule enqueued or re-ran (its backfill_finished events' last window).
+SELECT json_extract(detail, '$.last_start') AS last_start, json_extract(detail, '$.last_end') AS last_end
+FROM firesafe_schedule_events
+WHERE schedule = :name AND kind = 'backfill_finished' AND json_extract(detail, '$.last_start') IS NOT NULL
+ORDER BY json_extract(detail, '$.last_start') DESC LIMIT 1;
