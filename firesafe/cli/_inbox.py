@@ -175,7 +175,7 @@ def consume(target: str, url: str, queue: str, source: str | None, batch: int, i
     except ImportError as exc:  # pragma: no cover - pika is a dependency
         raise fail(f"the consumer needs pika: {exc}") from None
     except OSError as exc:
-        raise fail(f"cannot reach the broker at {safe_url(url)}: {exc}") from None
+        raise fail(f"cannot reach the broker at {safe_url(url)}: {mask_text(str(exc))}") from None
     except Exception as exc:
         if type(exc).__module__.startswith("pika"):
             raise fail(f"broker error at {safe_url(url)}: {mask_text(broker_reason(exc))}") from None

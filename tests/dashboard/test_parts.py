@@ -37,7 +37,7 @@ def ops(store_url: str) -> Iterator[tuple[App, FakeClock]]:
     def refund(ctx: Any, order_id: str) -> str:
         return order_id
 
-    @app.schedule("*/5 * * * *", catchup="skip", max_attempts=1)
+    @app.schedule("*/5 * * * *", catchup="skip", max_attempts=1, queue="sync")
     def sync(ctx: Any, window: Any) -> None:
         if window.start.minute == 0:
             raise Permanent(f"the export for {window.start:%H:%M} is missing")
@@ -64,7 +64,7 @@ def test_schedules_backfill_limiters_and_alerts(ops: tuple[App, FakeClock]) -> N
     with BackgroundServer(create_app(app)) as server, httpx.Client(base_url=server.url, timeout=30) as c:
         page = c.get("/schedules").text
         token = csrf_of(page)
-        assert "sync" in page and "*/5 * * * *" in page
+        assert "sync" in page and "*/5 * * * *" in page and "queue <bdi>sync</bdi>" in page
         assert page.count('listitem" class="cell c-none"') == 48  # nothing has run yet: 48 windows, none run
 
         form = {"csrf": token, "schedule": "sync", "from": "2026-11-30", "to": "2026-11-30", "rerun": "none"}
