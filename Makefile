@@ -20,8 +20,10 @@ demo: $(STAMP)
 	@echo "== and an agent run whose worker is SIGKILLed mid-run, then resumes from its last completed turn =="
 	$(BIN)/python -m examples.agent_run --dir demo-data/agent-run
 
+# ruff, then the type checker over firesafe/ (its settings: [tool.mypy] in pyproject.toml).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 # Debian's headless Chromium for the dashboard's browser tests (Playwright drives it; it never downloads one).
 browser:
@@ -45,7 +47,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/throughput.py
 
 # firesafe beside huey, rq, celery, dramatiq, procrastinate and pgqueuer (each pip-installed in its own
-# venv under bench/peers/.venvs/), on this machine's PostgreSQL and Redis; writes docs/benchmarks.md.
+# venv under bench/peers/.venvs/), on this machine's PostgreSQL and Redis; rewrites the peers table in
+# docs/benchmarks.md and appends the run to bench/HISTORY.md.
 # Not part of `make test`. ARGS=--quick for a short run.
 bench-peers: $(STAMP)
 	$(BIN)/python bench/peers/run.py $(ARGS)

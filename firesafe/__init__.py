@@ -18,6 +18,7 @@ from firesafe.errors import (
     RetryAfter,
     StoreError,
 )
+from firesafe.hooks import AttemptEnded, AttemptStarted, Hook, JobDead, JobsReplayed
 from firesafe.masking import Mask
 from firesafe.models import Attempt, Event, Job
 from firesafe.retries.backoff import Backoff
@@ -28,6 +29,8 @@ __version__ = "0.1.0"
 __all__ = [
     "App",
     "Attempt",
+    "AttemptEnded",
+    "AttemptStarted",
     "Backoff",
     "Cancelled",
     "ConfigError",
@@ -35,11 +38,14 @@ __all__ = [
     "Event",
     "FakeClock",
     "FiresafeError",
+    "Hook",
     "IdempotencyConflict",
     "InvalidInput",
     "Job",
+    "JobDead",
     "JobDef",
     "JobNotFound",
+    "JobsReplayed",
     "Mask",
     "Outcome",
     "Permanent",

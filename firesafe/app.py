@@ -17,6 +17,7 @@ from typing import Any
 from firesafe.clock import Clock, to_timestamp
 from firesafe.deadletters import DeadLetters
 from firesafe.errors import MAX_DELAY, ConfigError, IdempotencyConflict, InvalidInput, JobNotFound
+from firesafe.hooks import Hook, Hooks, JobsReplayed
 from firesafe.idempotency.keys import check_key, check_name, fingerprint, new_key, payload_json
 from firesafe.masking import Mask
 from firesafe.masking import extend as extend_mask
@@ -25,7 +26,7 @@ from firesafe.retries.backoff import Backoff
 from firesafe.retries.decide import DEFAULT_MAX_DEFERRALS
 from firesafe.states import State
 from firesafe.store import Store, check_schema, open_store, resolve_url
-from firesafe.store.base import FinishParams, InsertParams, JobFilter, RescueParams
+from firesafe.store.base import InsertParams, JobFilter
 
 log = logging.getLogger("firesafe")
 
@@ -106,7 +107,7 @@ class JobDef:
         # such a call needs no Signature.bind, which is a good part of the cost of an enqueue.
         plain = all(p.kind == p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params[1:])
         self._plain_arity = len(params) - 1 if plain else -1
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly (with your own ``ctx``), for instance in a unit test."""
@@ -140,6 +141,7 @@ class JobDef:
             fingerprint=fingerprint(self.name, payload), payload=payload,
             arg_names=self._arg_names_json, max_attempts=self.max_attempts, run_at=when,
             delay=float(delay or 0.0), values=(args, kwargs) if plain else None,
+            trace_context=self.app.hooks.context() if self.app.hooks.job_context else None,
         )
 
     def _bound(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
@@ -271,13 +273,15 @@ class App:
 
     ``App()`` uses ``$FIRESAFE_STORE``, else ``sqlite:///firesafe.db``. ``mask=Mask(names=...,
     patterns=...)`` masks more secrets than firesafe's own, in every output of the process
-    (docs/operations.md, "Masking secrets").
+    (docs/operations.md, "Masking secrets"). ``hooks=[...]``: :class:`firesafe.Hook` instances told
+    of workers, attempts, dead letters and replays (docs/extending.md; :meth:`add_hook` adds more).
     """
 
     def __init__(self, store: str | Store | None = None, *, clock: Clock | None = None, lease: float = 30.0,
                  auto_migrate: bool = True, retention: Retention | None = None, prune_interval: float = 60.0,
                  max_payload: int | None = None, store_options: Mapping[str, Any] | None = None,
-                 alerts: Sequence[Any] | None = None, mask: Mask | None = None) -> None:
+                 alerts: Sequence[Any] | None = None, mask: Mask | None = None,
+                 hooks: Sequence[Hook] | None = None) -> None:
         if lease <= 0:
             raise ConfigError("lease must be > 0 seconds")
         if mask is not None and not isinstance(mask, Mask):
@@ -307,15 +311,15 @@ class App:
         self.schedules: dict[str, Any] = {}
         self.dlq = DeadLetters(self)
         self._store_lock = threading.Lock()
-        self._wake_hooks: list[Callable[[], None]] = []
-        self._finish_hooks: list[Callable[[list[FinishParams], list[bool]], None]] = []
-        self._rescue_hooks: list[Callable[[list[RescueParams], list[bool]], None]] = []
         from firesafe.alerts.manager import Alerts
 
         #: Alert sinks and rules (:class:`firesafe.alerts.manager.Alerts`); workers dispatch them.
         self.alerts = Alerts(self, alerts or ())
-        #: Background duties a worker starts in threads of their own; each returns its stop function.
-        self._duty_hooks: list[Callable[[Any], Callable[[], None] | None]] = [self.alerts._start_duty]
+        #: Every hook of the app, firesafe's own parts first (the workers of this process to wake on an
+        #: enqueue, the alert dispatcher; the scheduler once a schedule is declared), then the user's.
+        self.hooks = Hooks([_Wakeups(), self.alerts])
+        for hook in hooks or ():
+            self.add_hook(hook)
 
     # -- the store ---------------------------------------------------------------------------
     @property
@@ -502,9 +506,11 @@ class App:
                 names = ", ".join(s.name for s in steps) or "none recorded"
                 raise InvalidInput(f"job {key!r} has no recorded step {from_step!r} (steps: {names})")
             position = found[0]
-        if not self.store.job_rerun(job.id, actor_of(actor), position, reason_of(reason)):
+        who, why = actor_of(actor), reason_of(reason)
+        if not self.store.job_rerun(job.id, who, position, why):
             raise InvalidInput(f"job {key!r} is {job.state}; only a dead, cancelled or succeeded job can be rerun")
         self._wake_workers()
+        self._replayed([job.key], who, why, "rerun")
         return self.get(key)
 
     def steps(self, key: str) -> list[dict[str, Any]]:
@@ -550,11 +556,7 @@ class App:
         w = self._runner(queues, lanes, burst=burst, concurrency=concurrency, **options)
         if threading.current_thread() is threading.main_thread() and not burst:
             w.install_signal_handlers()
-        self._wake_hooks.append(w.wake)
-        try:
-            return w.run()
-        finally:
-            self._wake_hooks.remove(w.wake)
+        return w.run()  # its loops register with the app while they run (see _Wakeups)
 
     def _runner(self, queues: Sequence[str] | None, lanes: int, **options: Any) -> Any:
         """One worker, or several claim loops in this process (firesafe/worker/lanes.py)."""
@@ -605,23 +607,45 @@ class App:
         self.alerts.configure(failure_rate=failure_rate, failure_window=failure_window, stuck_after=stuck_after,
                               **options)
 
-    # -- hooks (no-ops unless a part registers one) --------------------------------------------
+    # -- hooks (firesafe/hooks.py) --------------------------------------------------------------
+    def add_hook(self, hook: Hook) -> Hook:
+        """Register a :class:`firesafe.Hook` (after those already there); returns it. Workers that
+        are running already see it from their next event on (a duty starts only with a worker)."""
+        return self.hooks.add(hook)
+
     def _start_duties(self, worker: Any) -> list[Callable[[], None]]:
         """Start the background duties of a worker; returns their stop functions."""
-        return [stop for start in self._duty_hooks if (stop := start(worker)) is not None]
+        return self.hooks.start_duties(worker)
 
     def _wake_workers(self) -> None:
-        for hook in list(self._wake_hooks):
-            hook()
+        """End the idle wait of this process's workers: jobs were enqueued (or replayed) here."""
+        for hook in self.hooks:
+            if isinstance(hook, _Wakeups):
+                hook.wake()
 
-    def _after_finish(self, finishes: list[FinishParams], applied: list[bool]) -> None:
-        for hook in self._finish_hooks:
-            hook(finishes, applied)
-
-    def _after_rescue(self, items: list[RescueParams], applied: list[bool]) -> None:
-        for hook in self._rescue_hooks:
-            hook(items, applied)
+    def _replayed(self, keys: Sequence[str], actor: str, reason: str | None, how: str) -> None:
+        """Tell the hooks that jobs moved back to their queue (after the store committed the move)."""
+        if self.hooks.job_replayed and keys:
+            self.hooks.call(self.hooks.job_replayed, JobsReplayed(tuple(keys), actor, reason, how))
 
 
 def timedelta_seconds(value: timedelta | float) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+class _Wakeups(Hook):
+    """The worker loops running in this process: a job enqueued here ends their idle wait at once,
+    instead of at their next poll."""
+
+    def __init__(self) -> None:
+        self._wakes: dict[int, Callable[[], None]] = {}  # by id(worker)
+
+    def worker_started(self, worker: Any) -> None:
+        self._wakes[id(worker)] = worker.wake
+
+    def worker_stopped(self, worker: Any) -> None:
+        self._wakes.pop(id(worker), None)
+
+    def wake(self) -> None:
+        for wake in list(self._wakes.values()):
+            wake()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Protocol, overload
 
 
 class Clock(Protocol):
@@ -43,6 +43,12 @@ class FakeClock:
             self._t = float(t)
 
 
+@overload
+def to_datetime(ts: float) -> datetime: ...
+@overload
+def to_datetime(ts: None) -> None: ...
+@overload
+def to_datetime(ts: float | None) -> datetime | None: ...
 def to_datetime(ts: float | None) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC)
 

@@ -335,7 +335,7 @@ def mask_text(text: str) -> str:
                 continue
             span = _value_span(text, m.start(kind))
         else:
-            span = m.span(kind)
+            span = m.span(kind or 0)  # every alternative is a named group: kind is never None
         if span is None or span[1] <= done:
             continue
         start = max(span[0], done)

@@ -173,6 +173,8 @@ class Job:
     #: by an older version), else None. What cannot be read reads as empty; a job whose arguments
     #: cannot be read is never run: a worker that claims it ends it dead (``undecodable_payload``).
     unreadable: str | None = None
+    #: The enqueue's trace context, if a hook recorded one (firesafe/hooks.py, ``Hook.job_context``).
+    trace_context: str | None = None
 
     def __repr__(self) -> str:  # arguments may hold secrets: never in a repr
         return f"<Job {self.key!r} {self.name} state={self.state} attempt={self.attempt}/{self.max_attempts}>"
@@ -293,7 +295,7 @@ class Job:
         columns of ``CLAIMED_COLUMNS``): what an attempt needs. What a claim leaves unread is the job's
         history, which :meth:`from_row` gives: its last result, error and reason, when it finished,
         and its fingerprint (None or empty here). A claim on the hot path of every job; fewer columns
-        cost the server and the client less (docs/benchmarks.md)."""
+        cost the server and the client less."""
         return cls.from_claim_values([row[c] for c in CLAIMED_COLUMNS], worker)
 
     @classmethod
@@ -301,7 +303,7 @@ class Job:
         """:meth:`from_claim_row` from the row's values in the order of ``CLAIMED_COLUMNS`` (the
         PostgreSQL store reads claims as tuples, the cheapest rows to build: once per job)."""
         (id_, key, name, queue, state, payload, arg_names, attempt, max_attempts, runs, deferrals, lost, run_at,
-         created_at, updated_at, cancel_requested) = values
+         created_at, updated_at, cancel_requested, trace_context) = values
         unreadable = None
         try:
             p = _payload(payload)
@@ -315,7 +317,7 @@ class Job:
                   attempt, max_attempts, runs, deferrals, lost,
                   None if run_at is None else datetime.fromtimestamp(run_at, UTC),
                   datetime.fromtimestamp(created_at, UTC), datetime.fromtimestamp(updated_at, UTC),
-                  None, worker=worker, cancel_requested=bool(cancel_requested))
+                  None, worker=worker, cancel_requested=bool(cancel_requested), trace_context=trace_context)
         if unreadable is not None:
             job.unreadable = unreadable
         return job
@@ -323,12 +325,12 @@ class Job:
 
 #: The columns a claim returns (both dialects' job_claim), read by :meth:`Job.from_claim_row`.
 CLAIMED_COLUMNS = ("id", "key", "name", "queue", "state", "payload", "arg_names", "attempt", "max_attempts", "runs",
-                   "deferrals", "lost", "run_at", "created_at", "updated_at", "cancel_requested")
+                   "deferrals", "lost", "run_at", "created_at", "updated_at", "cancel_requested", "trace_context")
 
 _STATES: dict[str, State] = {s.value: s for s in State}
 
 
-_scan_json = json.JSONDecoder().scan_once
+_scan_json = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__; typeshed omits it
 
 
 def _payload(text: str) -> Any:
@@ -395,7 +397,7 @@ def attempt_from_row(row: Any) -> Attempt:
 
 def event_from_row(row: Any) -> Event:
     return Event(
-        at=to_datetime(row["at"]),  # type: ignore[arg-type]
+        at=to_datetime(row["at"]),
         kind=row["kind"],
         actor=row["actor"],
         detail=_detail(row["detail"]),

@@ -1,6 +1,6 @@
 """Peers, side by side: the same workloads through firesafe and the libraries users pick instead.
 
-    make bench-peers                          # the full run, writes docs/benchmarks.md
+    make bench-peers                          # the full run: docs/benchmarks.md table, bench/HISTORY.md
     python bench/peers/run.py --quick         # N = 1,000 and shorter phases (about 5 minutes), no docs
     python bench/peers/run.py --only firesafe-sqlite,huey-sqlite --quick
 
@@ -30,7 +30,9 @@ jobs restarted (started twice), seconds from the kill until every job had ended 
 The bare loops (bare.py) measure each storage's own limit in the same run. One table is printed with
 every figure as a ratio to firesafe on the same storage (Redis libraries: to firesafe on PostgreSQL)
 and to the storage's bare loop; the full run writes it, the versions and the machine into
-docs/benchmarks.md (between the ``peers-table`` markers) and the raw figures into bench/results/.
+docs/benchmarks.md (between the ``peers-table`` markers, nothing else of the page), appends the same
+under a dated heading to bench/HISTORY.md (where every earlier run stays), and writes the raw figures
+into bench/results/.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 VENVS = HERE / ".venvs"
 DOCS = ROOT / "docs" / "benchmarks.md"
+HISTORY = ROOT / "bench" / "HISTORY.md"
+HISTORY_SECTION = "## Peers runs"
 RESULTS = ROOT / "bench" / "results"
 BEGIN, END = "<!-- peers-table:begin -->", "<!-- peers-table:end -->"
 
@@ -399,17 +403,29 @@ def report(info: dict[str, Any], bench: dict[str, dict[str, Any]], recov: dict[s
     return "\n".join(lines)
 
 
-def write_docs(text: str) -> None:
-    """Put the generated part between the markers of docs/benchmarks.md's peers section (appending the
-    section if it is not there); the rest of the file is left as it is."""
-    doc = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
+def write_docs(text: str, page: Path = DOCS) -> None:
+    """Put the generated part between the markers of the benchmarks page's peers section (appending the
+    section if it is not there); the rest of the page is left as it is, so it stays the short page
+    for users and the history goes to :func:`append_history`."""
+    doc = page.read_text() if page.exists() else "# Benchmarks\n"
     block = f"{BEGIN}\n{text}\n{END}"
     if BEGIN in doc and END in doc:
         head, rest = doc.split(BEGIN, 1)
         doc = head + block + rest.split(END, 1)[1]
     else:
         doc = doc.rstrip("\n") + "\n\n## Peers side by side\n\n" + block + "\n"
-    DOCS.write_text(doc)
+    page.write_text(doc)
+
+
+def append_history(text: str, title: str, history: Path = HISTORY) -> None:
+    """Append a run, under a heading of its date and command, to the end of bench/HISTORY.md (after the
+    runs before it, which stay as they were; the "Peers runs" section is started if missing)."""
+    doc = history.read_text() if history.exists() else "# Benchmark history\n"
+    doc = doc.rstrip("\n") + "\n"
+    if HISTORY_SECTION not in doc:
+        doc += f"\n{HISTORY_SECTION}\n\nAppended by `bench/peers/run.py`, oldest first.\n"
+    body = text.strip("\n")
+    history.write_text(f"{doc}\n### {title}\n\n{body}\n")
 
 
 # -- main -----------------------------------------------------------------------------------------------
@@ -421,7 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", help="comma-separated rows to run (e.g. firesafe-sqlite,huey-sqlite)")
     p.add_argument("--no-recovery", action="store_true", help="skip the recovery workload")
     p.add_argument("--docs", action=argparse.BooleanOptionalAction, default=None,
-                   help="write docs/benchmarks.md (default: on for a full run of every row)")
+                   help="write the table into docs/benchmarks.md (default: on for a full run of every row)")
+    p.add_argument("--history", action=argparse.BooleanOptionalAction, default=None,
+                   help="append the run to bench/HISTORY.md (default: as --docs; --history records a partial run)")
     p.add_argument("--upgrade", action="store_true", help="reinstall the libraries at their newest versions")
     p.add_argument("--repeat", type=int, metavar="K",
                    help="run each drain K times, each in a new store, and report the median rate (default 3; "
@@ -441,6 +459,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--only takes names among: {', '.join(t.name for t in TARGETS)}")
     if args.docs is None:
         args.docs = not args.quick and not args.only
+    if args.history is None:
+        args.history = args.docs
 
     for port, storage in ((5432, "postgresql"), (6379, "redis")):
         if any(t.storage == storage for t in chosen) and not port_open(port):
@@ -511,6 +531,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.docs:
         write_docs(text)
         say(f"written to {DOCS.relative_to(ROOT)}")
+    if args.history:
+        append_history(text, f"{info['date']}, `{info['command']}`")
+        say(f"appended to {HISTORY.relative_to(ROOT)}")
     return 0
 
 

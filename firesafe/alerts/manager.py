@@ -9,7 +9,9 @@ deliveries, never job processing (the dispatcher runs in threads of its own).
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import functools
 import json
 import logging
 import random
@@ -18,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from firesafe.alerts import render
 from firesafe.alerts.grouping import KINDS, Event, next_ready, plan, rate_transition, stuck_reason
@@ -26,6 +28,7 @@ from firesafe.alerts.policy import verdict
 from firesafe.alerts.sinks import DeliveryError, Sink, unique_names
 from firesafe.alerts.store import AlertRecord, NewAlert, OutboxEvent
 from firesafe.errors import ConfigError, StoreError
+from firesafe.hooks import Hook
 from firesafe.masking import mask_text
 from firesafe.retries.backoff import Backoff
 
@@ -37,6 +40,10 @@ log = logging.getLogger("firesafe.alerts")
 LEADER = "alerts"
 
 
+@overload
+def _seconds(value: timedelta | float | int | None, what: str, *, allow_none: Literal[False]) -> float: ...
+@overload
+def _seconds(value: timedelta | float | int | None, what: str, *, allow_none: bool = True) -> float | None: ...
 def _seconds(value: timedelta | float | int | None, what: str, *, allow_none: bool = True) -> float | None:
     if value is None:
         if allow_none:
@@ -68,9 +75,10 @@ class Rules:
     dashboard_url: str | None = None
 
 
-class Alerts:
+class Alerts(Hook):
     """The alerts of an app: ``app.alerts``. Sinks come from ``App(alerts=[...])``, rules from
-    ``app.alert_rules(...)``; workers dispatch them (``dispatch()`` runs one pass by hand)."""
+    ``app.alert_rules(...)``; workers dispatch them (``dispatch()`` runs one pass by hand): the app
+    registers it as a hook whose duty is the dispatcher."""
 
     def __init__(self, app: App, sinks: Sequence[Sink]) -> None:
         self.app = app
@@ -116,17 +124,17 @@ class Alerts:
             raise ConfigError("alert_rules: group_wait must be a duration >= 0")
         self.rules = Rules(
             failure_rate=float(failure_rate) if failure_rate is not None else None,
-            failure_window=_seconds(failure_window, "failure_window", allow_none=False),  # type: ignore[arg-type]
+            failure_window=_seconds(failure_window, "failure_window", allow_none=False),
             min_attempts=min_attempts,
             stuck_after=_seconds(stuck_after, "stuck_after"),
             group_wait=float(wait),
-            group_interval=_seconds(group_interval, "group_interval", allow_none=False),  # type: ignore[arg-type]
+            group_interval=_seconds(group_interval, "group_interval", allow_none=False),
             delivery_backoff=delivery_backoff or Rules().delivery_backoff,
-            give_up_after=_seconds(give_up_after, "give_up_after", allow_none=False),  # type: ignore[arg-type]
-            evaluate_every=_seconds(evaluate_every, "evaluate_every", allow_none=False),  # type: ignore[arg-type]
-            keep=_seconds(keep, "keep", allow_none=False),  # type: ignore[arg-type]
+            give_up_after=_seconds(give_up_after, "give_up_after", allow_none=False),
+            evaluate_every=_seconds(evaluate_every, "evaluate_every", allow_none=False),
+            keep=_seconds(keep, "keep", allow_none=False),
             dispatch=bool(dispatch),
-            poll=_seconds(poll, "poll", allow_none=False),  # type: ignore[arg-type]
+            poll=_seconds(poll, "poll", allow_none=False),
             dashboard_url=dashboard_url.rstrip("/") if dashboard_url else None,
         )
         self._rules_set = True
@@ -143,7 +151,7 @@ class Alerts:
                payload: dict[str, Any] | None = None, severity: str | None = None,
                dedupe: str | None = None) -> bool:
         """Put an alert event in the outbox, in a transaction of its own (see ``store.alert_record``)."""
-        return self.app.store.alert_record(kind, severity, job_name, keys, payload, dedupe=dedupe)  # type: ignore[attr-defined]
+        return self.app.store.alert_record(kind, severity, job_name, keys, payload, dedupe=dedupe)
 
     # -- grouping ----------------------------------------------------------------------------
     def group(self, *, force: bool = False, kinds: Sequence[str] | None = None, limit: int = 5000) -> list[int]:
@@ -169,8 +177,8 @@ class Alerts:
         by_id = {e.id: e for e in pending}
         created = []
         for b in batches:
-            events = [by_id[i] for i in b.event_ids]
-            doc = self._document(b.kind, b.job_name, b.severity, events)
+            members = [by_id[i] for i in b.event_ids]
+            doc = self._document(b.kind, b.job_name, b.severity, members)
             spec = KINDS.get(b.kind)
             status = spec.status if spec else "firing"
             if b.muted:  # recorded (alerts ls, the dashboard), sent to no sink
@@ -340,11 +348,11 @@ class Alerts:
                     results[name] = error
         return results
 
-    def list(self, limit: int = 50, kind: str | None = None) -> list[AlertRecord]:
+    def list(self, limit: int = 50, kind: str | None = None) -> builtins.list[AlertRecord]:
         """Alerts, newest first, with the delivery of each to each sink."""
-        return self.app.store.alert_list(limit, kind)  # type: ignore[attr-defined]
+        return self.app.store.alert_list(limit, kind)
 
-    def history(self, limit: int = 50) -> list[dict[str, Any]]:
+    def history(self, limit: int = 50) -> builtins.list[dict[str, Any]]:
         """Recent alerts as flat rows (for tables and the dashboard): one line of delivery status each."""
         rows = []
         for a in self.list(limit=limit):
@@ -357,10 +365,11 @@ class Alerts:
         return rows
 
     def prune(self) -> int:
-        return self.app.store.alert_prune(self.rules.keep)  # type: ignore[attr-defined]
+        return self.app.store.alert_prune(self.rules.keep)
 
     # -- the duty ----------------------------------------------------------------------------
-    def _start_duty(self, worker: Any) -> Callable[[], None] | None:
+    def start_duty(self, worker: Any) -> Callable[[], None] | None:
+        """The worker's duty (:class:`firesafe.Hook`): the dispatcher, under the worker's id."""
         return self.start_dispatcher(getattr(worker, "id", f"pid-{id(worker)}"))
 
     def start_dispatcher(self, holder: str) -> Callable[[], None] | None:
@@ -421,7 +430,7 @@ class Dispatcher:
     def start(self) -> None:
         targets: list[tuple[str, Callable[[], None]]] = [("firesafe-alerts", self._lead)]
         for s in self.alerts.sinks:
-            targets.append((f"firesafe-alerts-{s.name}", lambda s=s: self._deliver(s)))
+            targets.append((f"firesafe-alerts-{s.name}", functools.partial(self._deliver, s)))
         for name, target in targets:
             t = threading.Thread(target=self._guard(target), name=name, daemon=True)
             t.start()

@@ -92,9 +92,10 @@ def tally(attempts: int, waits: Mapping[str, Any] | None) -> str:
     ('6 attempts, 7 waits (12.4 s)', '1 attempt')
     """
     text = f"{attempts} attempt{'s' if attempts != 1 else ''}"
-    n = int((waits or {}).get("count") or 0)
+    w = waits or {}
+    n = int(w.get("count") or 0)
     if n:
-        text += f", {n} wait{'s' if n != 1 else ''} ({float(waits['seconds']):.3g} s)"  # type: ignore[index]
+        text += f", {n} wait{'s' if n != 1 else ''} ({float(w['seconds']):.3g} s)"
     return text
 
 

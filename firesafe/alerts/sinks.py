@@ -315,8 +315,8 @@ class HTTPSink(Sink):
         return answer.status
 
     def _http(self) -> Any:
-        """This process's connection pool of the sink, made once: its TLS context costs ~20 ms of
-        CPU to build, which retries against a sink that is down must not spend each time."""
+        """This process's connection pool of the sink, made once: its TLS context takes a noticeable
+        amount of CPU to build, which retries against a sink that is down must not spend each time."""
         from firesafe.alerts import transport
 
         with self._client_lock:

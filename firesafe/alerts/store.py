@@ -1,8 +1,9 @@
-"""The store methods of the alerts part (implemented by ``AlertsSQLite`` and ``AlertsPostgres``).
+"""The records of the alerts part of the store; its methods are declared in
+:class:`firesafe.store.contract.AlertStore` (implemented by ``AlertsSQLite`` and ``AlertsPostgres``).
 
 The outbox (invariant 4): an alert event is written in the same transaction as the event that
 raised it. The stores call ``_outbox_dead`` inside the transaction that moves jobs to ``dead``;
-other parts call :meth:`AlertStore.alert_record` with their own open transaction (``conn``).
+other parts call ``alert_record`` with their own open transaction (``conn``).
 Dispatchers then group pending events into alerts (fenced: each event joins exactly one alert)
 and deliver each alert to each sink under a lease (a dead dispatcher's deliveries are retried).
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from firesafe.alerts.grouping import KINDS, SEVERITIES
 from firesafe.errors import InvalidInput
@@ -132,80 +133,3 @@ def event_params(kind: str, severity: str | None, job_name: str | None, keys: Se
         raise InvalidInput(f"alert payload is {len(text)} bytes of JSON; the limit is {MAX_EVENT_PAYLOAD}")
     return {"kind": kind, "severity": severity, "job_name": job_name, "job_id": None,
             "keys": json.dumps(keys), "payload": text, "dedupe": dedupe}
-
-
-class AlertStore(Protocol):
-    """What the alerts part needs of a store; both stores implement it in their alerts mixin."""
-
-    def alert_record(self, kind: str, severity: str | None = None, job_name: str | None = None,
-                     keys: Sequence[str] = (), payload: dict[str, Any] | None = None, *,
-                     dedupe: str | None = None, conn: Any = None) -> bool:
-        """Put an alert event in the outbox; True if recorded, False if ``dedupe`` was seen before.
-
-        With ``conn`` (the connection of a transaction the caller has open in this store: SQLite's
-        ``_tx()`` connection, a psycopg connection inside ``transaction()``) the event commits or
-        rolls back with the caller's writes (invariant 4); without it, in a transaction of its own.
-        """
-        ...
-
-    def alert_pending(self, limit: int) -> list[OutboxEvent]:
-        """Events not grouped yet, oldest first."""
-        ...
-
-    def alert_last_sent(self, since: float) -> dict[tuple[str, str | None, str, bool], float]:
-        """When each (kind, job name, severity, muted) group last became an alert, for alerts made at
-        or after ``since`` (an alert is muted when its status is ``muted``)."""
-        ...
-
-    def alert_create(self, new: NewAlert) -> int | None:
-        """Create an alert from events not grouped yet, and its deliveries, in one transaction.
-
-        None (nothing written) if any of the events was grouped meanwhile by another dispatcher.
-        """
-        ...
-
-    def alert_delivery_claim(self, sink: str, limit: int, lease: float, alert_id: int | None = None
-                             ) -> list[ClaimedDelivery]:
-        """Take up to ``limit`` due deliveries to ``sink`` under a new lease."""
-        ...
-
-    def alert_delivery_finish(self, alert_id: int, sink: str, token: str, state: str, tried: int,
-                              delay: float | None, error: str | None) -> bool:
-        """Record a delivery's outcome (``state`` delivered, failed or pending with ``delay``);
-        fenced on the lease token."""
-        ...
-
-    def alert_list(self, limit: int = 50, kind: str | None = None) -> list[AlertRecord]:
-        """Alerts, newest first, with their deliveries."""
-        ...
-
-    def alert_waiting(self) -> int:
-        """How many events wait in the outbox to be grouped."""
-        ...
-
-    def alert_conditions(self, kind: str) -> dict[str, bool]:
-        """The subjects of a rule and whether each is firing."""
-        ...
-
-    def alert_condition_set(self, kind: str, subject: str, firing: bool, event_kind: str,
-                            job_name: str | None, keys: Sequence[str], payload: dict[str, Any]) -> bool:
-        """Move a rule's subject to firing (or resolved) and record the event, in one transaction;
-        False (nothing written) if it already was in that state."""
-        ...
-
-    def alert_failure_counts(self, since: float) -> dict[str, tuple[int, int]]:
-        """``{job name: (attempts ended, attempts failed)}`` for attempts that ended at or after ``since``."""
-        ...
-
-    def alert_failed_keys(self, job_name: str, since: float, limit: int) -> list[str]:
-        """Keys of jobs of ``job_name`` whose attempts failed most recently (since ``since``)."""
-        ...
-
-    def alert_queue_backlog(self) -> list[QueueBacklog]:
-        """Per queue: when its oldest runnable job became due, and how many are runnable."""
-        ...
-
-    def alert_prune(self, older_than: float) -> int:
-        """Delete alerts (and their events) created more than ``older_than`` seconds ago whose
-        deliveries are all over."""
-        ...

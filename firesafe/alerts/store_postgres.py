@@ -20,6 +20,7 @@ from firesafe.alerts.store import (
     event_params,
 )
 from firesafe.errors import InvalidInput
+from firesafe.store.driver import PostgresPart
 
 
 def _json(value: Any) -> Any:
@@ -31,9 +32,9 @@ def _event(r: dict[str, Any]) -> OutboxEvent:
                        _json(r["payload"]), r["created_at"])
 
 
-class AlertsPostgres:
-    """Store methods of the alerts part; mixed into the postgres store class (which provides
-    ``_conn``, ``_read``, ``_write``, ``_now`` and the rendered queries ``q``)."""
+class AlertsPostgres(PostgresPart):
+    """Store methods of the alerts part; mixed into the postgres store class (its driver: ``_conn``,
+    ``_read``, ``_write``, ``_now`` and the rendered queries ``q``)."""
 
     # -- the outbox: written in the transaction of the event -----------------------------------
     def _write_with_outbox(self, name: str, params: dict[str, Any], dead_ids: Sequence[int]) -> list[dict[str, Any]]:
@@ -91,7 +92,7 @@ class AlertsPostgres:
                         "kind": new.kind, "severity": new.severity, "status": new.status,
                         "job_name": new.job_name, "count": new.count, "first_at": new.first_at,
                         "last_at": new.last_at, "title": new.title, "document": new.document,
-                        "now": self._now()}).fetchone()
+                        "now": self._now()}).fetchall()[0]  # INSERT ... RETURNING: one row
                     alert_id, created = row["id"], row["created_at"]
                     grouped = c.execute(self.q["alert_group_events"], {"alert_id": alert_id,
                                                                         "ids": list(new.event_ids)}).rowcount

@@ -19,6 +19,7 @@ from firesafe.alerts.store import (
 )
 from firesafe.errors import InvalidInput
 from firesafe.store import queries
+from firesafe.store.driver import SQLitePart
 
 Q = queries.load("sqlite")
 
@@ -28,8 +29,8 @@ def _event(r: Any) -> OutboxEvent:
                        json.loads(r["payload"]), r["created_at"])
 
 
-class AlertsSQLite:
-    """Store methods of the alerts part; mixed into the sqlite store class (which provides ``_tx``,
+class AlertsSQLite(SQLitePart):
+    """Store methods of the alerts part; mixed into the sqlite store class (its driver: ``_tx``,
     ``_read`` and ``now``)."""
 
     # -- the outbox: written in the caller's transaction ---------------------------------------

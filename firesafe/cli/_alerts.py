@@ -84,7 +84,7 @@ def ls(kind: str | None, limit: int, full: bool, as_json: bool, store_url: str |
     """
     app = open_app(store_url)
     found = app.alerts.list(limit=limit, kind=kind)
-    waiting = app.store.alert_waiting()  # type: ignore[attr-defined]
+    waiting = app.store.alert_waiting()
     if as_json:
         echo_json({"alerts": [alert_dict(a, full) for a in found], "waiting_events": waiting})
         return

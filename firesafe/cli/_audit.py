@@ -28,7 +28,7 @@ def audit(action: str | None, subject: str | None, limit: int, as_json: bool, st
       firesafe audit --action schedule_pause --subject nightly_sync --json
     """
     app = open_app(store_url)
-    found = app.store.audit_list(limit, action=action, subject=subject)  # type: ignore[attr-defined]
+    found = app.store.audit_list(limit, action=action, subject=subject)
     if as_json:
         echo_json([e.as_dict() for e in found])
         return

@@ -165,7 +165,7 @@ def human_duration(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.3g}s" if seconds != int(seconds) else f"{int(seconds)}s"
     step = 60 if seconds >= 86400 else 1
-    left = round(seconds / step) * step
+    left: float = round(seconds / step) * step
     parts = []
     for unit in ("d", "h", "m", "s"):
         n, left = divmod(left, _UNITS[unit])
@@ -343,8 +343,8 @@ def open_app(store_url: str | None) -> App:
     url = store_url_of(store_url)
     shown = safe_url(url)
     store = open_store(url)
-    path = getattr(store, "path", None)
-    if store.dialect == "sqlite" and path and not os.path.exists(path):
+    path = store.path  # SQLite's file (None on PostgreSQL)
+    if path and not os.path.exists(path):
         store.close()
         raise fail(f"no store at {path}: the file does not exist, and nothing was created. Check --store, --app, "
                    "$FIRESAFE_STORE or $FIRESAFE_APP (to start a new, empty store there instead: run `firesafe "

@@ -109,7 +109,7 @@ def dashboard(target: str, host: str, port: int, token: tuple[str, ...], tokens_
     if people is not None and forwarded_allow_ips:
         raise fail("--user-header checks the proxy's own address on each request, which --forwarded-allow-ips "
                    "replaces with the client's: give one of them (--public-url sets the scheme)")
-    check_bind(host, tok)  # type: ignore[arg-type]  # before importing anything of the user's
+    check_bind(host, tok)  # before importing anything of the user's
     origin = check_public(public_url, tok)
     proxies = parse_forwarded_allow_ips(forwarded_allow_ips)
     check_port(host, port)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -145,11 +146,12 @@ def _render(report: Any) -> None:
     out = console()
     table = Table(title=f"firesafe drill: {report.seconds:g}s of faults ({', '.join(report.faults) or 'none'}, "
                         f"rate {report.rate:g}, seed {report.seed})", title_justify="left")
-    for col, justify in (("job", "left"), ("runs", "right"), ("succeeded", "right"), ("dead", "right"),
-                         ("attempts", "right"), ("resumes", "right"), ("steps restored", "right"),
-                         ("steps re-run", "right"), ("alerts", "right"), ("faults", "left"),
-                         ("invariants", "left")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("job", "left"), ("runs", "right"), ("succeeded", "right"), ("dead", "right"), ("attempts", "right"),
+        ("resumes", "right"), ("steps restored", "right"), ("steps re-run", "right"), ("alerts", "right"),
+        ("faults", "left"), ("invariants", "left"))
+    for col, justify in columns:
+        table.add_column(col, justify=justify)
     for j in report.jobs:
         faults = ", ".join(f"{k} {v}" for k, v in sorted(j.faults.items())) or "-"
         dead = str(j.dead) + (f" ({', '.join(f'{k} {v}' for k, v in sorted(j.dead_reasons.items()))})"

@@ -139,7 +139,7 @@ def broker_reason(exc: BaseException) -> str:
         nested += [e for e in (getattr(inner, "exception", None), inner.__cause__, inner.__context__)
                    if isinstance(e, BaseException)]
         texts = [n for n in nested if str(n).strip()]
-        inner = (texts or nested or [None])[0]
+        inner = next(iter(texts or nested), None)
     return f"{type(exc).__name__} (no reason given)"
 
 

@@ -92,7 +92,7 @@ def _table(rows: list[LimiterStatus]) -> Table:
 def ls(as_json: bool, store_url: str | None) -> None:
     """List the limiters recorded in the store."""
     app = open_app(store_url)
-    rows = app.store.limiter_list()  # type: ignore[attr-defined]
+    rows = app.store.limiter_list()
     if as_json:
         echo_json([r.as_dict() for r in rows])
         return
@@ -140,7 +140,7 @@ def pause_cmd(name: str, seconds: float | None, until: str | None, actor: str | 
     until_ts = _until(until) if until else None
     app = open_app(store_url)
     who, why = actor_of(actor), reason_of(reason)
-    status = app.store.limiter_pause(name, seconds=seconds, until=until_ts,  # type: ignore[attr-defined]
+    status = app.store.limiter_pause(name, seconds=seconds, until=until_ts,
                                      reason=why, actor=who)
     if as_json:
         echo_json({**status.as_dict(), "actor": who, "reason": why})
@@ -169,7 +169,7 @@ def resume_cmd(name: str, actor: str | None, reason: str | None, as_json: bool, 
     """
     app = open_app(store_url)
     who, why = actor_of(actor), reason_of(reason)
-    status, released = app.store.limiter_resume(name, actor=who, reason=why)  # type: ignore[attr-defined]
+    status, released = app.store.limiter_resume(name, actor=who, reason=why)
     if as_json:
         echo_json({**status.as_dict(), "released": released, "actor": who, "reason": why})
         return
@@ -185,7 +185,7 @@ def events_cmd(name: str | None, limit: int, as_json: bool, store_url: str | Non
     """The latest limiter events: paused, resumed, breaker opened and closed (oldest first)."""
     app = open_app(store_url)
     store = app.store
-    found = store.limiter_event_list(0, name, limit, newest=True)  # type: ignore[attr-defined]
+    found = store.limiter_event_list(0, name, limit, newest=True)
     if as_json:
         echo_json([e.as_dict() for e in found])
         return

@@ -122,7 +122,7 @@ class JSONFormatter(logging.Formatter):
                          | {"message": f"<log record not formatted: {type(exc).__name__}: {safe_str(exc)}>"})
 
 
-class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+class _Handler(logging.StreamHandler):
     """Marks the handler firesafe installed, so configuring twice replaces it."""
 
 

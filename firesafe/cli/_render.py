@@ -182,9 +182,10 @@ def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None
         if with_steps:
             table.add_column("steps", overflow="fold")
         for a in attempts:
-            row = [str(a.seq), str(a.attempt), data(a.worker or "-"), when(a.started_at), when(a.ended_at),
-                   duration_of(a), data(a.outcome or "running", style=OUTCOME_STYLE.get(a.outcome, "")),
-                   error_of(a.error_type, a.message)]
+            row: list[str | Text] = [
+                str(a.seq), str(a.attempt), data(a.worker or "-"), when(a.started_at), when(a.ended_at),
+                duration_of(a), data(a.outcome or "running", style=OUTCOME_STYLE.get(a.outcome, "")),
+                error_of(a.error_type, a.message)]
             if with_steps:
                 row.append(data(steps_of(a)))
             table.add_row(*row)

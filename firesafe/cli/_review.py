@@ -48,7 +48,7 @@ def migrate(store_url: str | None, allow_other_tables: bool, as_json: bool) -> N
     """
     url = store_url_of(store_url)
     store = open_store(url)
-    schema = getattr(store, "schema", None)  # PostgreSQL: the schema, named even when the URL leaves it out
+    schema = store.schema  # PostgreSQL: the schema, named even when the URL leaves it out
     try:
         before = store.schema_version()
         applied = store.migrate(allow_other_tables=allow_other_tables)

@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -15,6 +16,7 @@ from firesafe.cli._common import Duration, JSONValue, echo_json, fail, json_opti
 from firesafe.cli._loader import load_app
 from firesafe.cli._render import masked_job_dict, to_json
 from firesafe.errors import IdempotencyConflict
+from firesafe.hooks import Hook
 from firesafe.idempotency.keys import check_name
 from firesafe.masking import mask
 
@@ -70,7 +72,7 @@ def _watch_parent(worker: Any) -> None:
         return
 
     def watch() -> None:
-        while not worker._stopping.wait(1.0):
+        while not worker.wait_stopped(1.0):
             if os.getppid() != int(expected):
                 log.warning("supervisor (pid %s) is gone: stopping this worker", expected)
                 worker.stop()
@@ -180,16 +182,14 @@ def worker(target: str, queues: str | None, concurrency: int, prefetch: int | No
     w.install_signal_handlers()
     _watch_parent(w)
     if ready is not None:  # supervised: ready once the worker loop starts (store open, about to claim)
-        app._duty_hooks.append(lambda _worker: ready())
+        app.add_hook(_Ready(ready))
     log.info("store %s", safe_url(app.store_url))
-    app._wake_hooks.append(w.wake)  # jobs that enqueue jobs wake this worker at once
-    try:
+    try:  # its loops register with the app as they start: jobs that enqueue jobs wake them at once
         w.run()
     except Exception:  # a bug, not a user mistake: keep the traceback in the log stream
         log.critical("worker crashed", exc_info=True)
         raise SystemExit(1) from None
     finally:
-        app._wake_hooks.remove(w.wake)
         app.close()
 
 
@@ -236,3 +236,14 @@ def enqueue(target: str, job_name: str, args_: list[Any], kwargs_: dict[str, Any
         click.echo(plain(f"{job.key} already exists (state {job.state}); nothing new was enqueued"))
         if job.result is not None:
             click.echo(f"result: {plain(to_json(mask(job.result)))}")
+
+
+class _Ready(Hook):
+    """Tells a supervisor the process is ready, as the leading worker starts its duties (the last
+    of them: the store is open and the loop about to claim)."""
+
+    def __init__(self, ready: Callable[[], None]) -> None:
+        self._ready = ready
+
+    def start_duty(self, worker: Any) -> None:
+        self._ready()

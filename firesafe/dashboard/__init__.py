@@ -10,12 +10,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from starlette.applications import Starlette
 
     from firesafe.app import App
+    from firesafe.dashboard.security import Token
 
 
-def create_app(app: App, token: str | None = None, **options: Any) -> Starlette:
+def create_app(app: App, token: str | Token | Sequence[Token] | None = None, **options: Any) -> Starlette:
     """The dashboard of ``app`` as an ASGI application (add routes to it, or mount it elsewhere).
 
     With ``token`` (``SECRET`` or ``NAME:SECRET``) every request must carry it, as a bearer token or

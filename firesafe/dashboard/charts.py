@@ -100,7 +100,7 @@ def throughput_chart(ok: Sequence[int], bad: Sequence[int], width_minutes: float
     bar_w = plot_w / max(n, 1)
     for i, (o, b) in enumerate(zip(ok, bad, strict=True)):
         x = _LEFT + i * bar_w + bar_w * 0.1
-        base = _TOP + plot_h
+        base: float = _TOP + plot_h
         for count, cls in ((o, "ok"), (b, "failed")):
             if count <= 0:
                 continue

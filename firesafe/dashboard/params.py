@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import urlencode
 
 from firesafe.errors import InvalidInput
@@ -146,13 +147,13 @@ class JobQuery:
             out[f.name] = str(value)
         return out
 
-    def qs(self, **changes: object) -> str:
+    def qs(self, **changes: Any) -> str:
         """This query as a URL query string, with ``changes`` applied.
 
         >>> JobQuery(state="dead", job="refund").qs(page=3)
         'state=dead&job=refund&page=3'
         """
-        q = replace(self, **changes) if changes else self  # type: ignore[arg-type]
+        q = replace(self, **changes) if changes else self
         out = q.filters()
         if q.page != 1:
             out["page"] = str(q.page)

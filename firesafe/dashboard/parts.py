@@ -36,11 +36,10 @@ def _failed(what: str, exc: Exception) -> PartView:
 def limiters(app: Any) -> PartView | None:
     """Each declared limiter's settings and state (tokens, in flight, waiting, pause, breaker)."""
     declared = getattr(app, "limiters", None)
-    reader = getattr(app.store, "limiter_list", None)
-    if not declared or reader is None:
+    if not declared:
         return None
     try:
-        stored = {s.name: s for s in reader()}
+        stored = {s.name: s for s in app.store.limiter_list()}
     except Exception as exc:
         return _failed("limiters", exc)
     rows = []
@@ -137,7 +136,7 @@ def alerts(app: Any, limit: int = 100) -> PartView | None:
         return None
     try:
         records = manager.list(limit=limit)
-        waiting = app.store.alert_waiting() if hasattr(app.store, "alert_waiting") else None
+        waiting = app.store.alert_waiting()
     except Exception as exc:
         return _failed("alerts", exc)
     return PartView(records, extra={"sinks": sinks, "waiting": waiting, "now": time.time()})

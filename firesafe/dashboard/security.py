@@ -367,7 +367,7 @@ def public_origin(url: str) -> str:
     return f"{scheme}://{host}" if port in (None, default) else f"{scheme}://{host}:{port}"
 
 
-def check_public(url: str | None, token: Token | None) -> str | None:
+def check_public(url: str | None, token: Token | Sequence[Token] | None) -> str | None:
     """The public origin of ``url`` (None without one); a dashboard published under any name but a
     loopback one is reachable from elsewhere, so it needs a token.
 

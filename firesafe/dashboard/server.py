@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from firesafe.dashboard.security import Token, UserHeader, is_loopback, parse_forwarded_allow_ips, parse_token
@@ -30,7 +30,7 @@ def resolve_token(given: str | None) -> Token | None:
     return parse_token(given if given else os.environ.get(TOKEN_ENV))
 
 
-def check_bind(host: str, token: Token | None) -> None:
+def check_bind(host: str, token: Token | Sequence[Token] | None) -> None:
     """Refuse a non-loopback bind without a token.
 
     >>> check_bind("127.0.0.1", None)
@@ -74,7 +74,7 @@ def serve(app: Any, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
     from firesafe.dashboard import create_app
 
     tok = parse_token(token) if isinstance(token, str) else token
-    check_bind(host, tok)  # type: ignore[arg-type]
+    check_bind(host, tok)
     asgi = create_app(app, tok, public_url=public_url, user_header=user_header)
     with dispatching(app, "dashboard", alerts):
         uvicorn.Server(uvicorn_config(asgi, host, port, log_level, access_log, forwarded_allow_ips)).run()

@@ -1,4 +1,5 @@
-"""What the dashboard reads beyond the core store contract; both stores implement it in a mixin.
+"""The records of what the dashboard reads beyond the core; the methods are declared in
+:class:`firesafe.store.contract.DashboardStore` (both stores share one mixin, ``DashboardQueries``).
 
 Read-only views: nothing here changes a job. Replay and discard go through :class:`DeadLetters`
 (``app.dlq``), which records each change in the job's events with its actor.
@@ -7,7 +8,6 @@ Read-only views: nothing here changes a job. Replay and discard go through :clas
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -37,21 +37,3 @@ class QueueLag:
     queue: str
     runnable: int
     lag: float
-
-
-class DashboardStore(Protocol):
-    def attempt_buckets(self, since: float, until: float, width: float) -> list[Bucket]:
-        """Attempts that ended in ``[since, until)``, counted per ``width``-second bucket and outcome."""
-        ...
-
-    def dead_groups(self, limit: int = 200) -> list[DeadGroup]:
-        """Dead jobs grouped by job name and error type, largest group first."""
-        ...
-
-    def queue_lags(self) -> list[QueueLag]:
-        """Per queue with runnable jobs: how many, and the wait of the oldest (by the store's clock)."""
-        ...
-
-    def attempt_counts(self) -> list[tuple[str, str, int]]:
-        """``(job name, outcome, count)`` over the attempts the store holds (``running`` for open ones)."""
-        ...

@@ -3,23 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from firesafe.dashboard.store import Bucket, DeadGroup, QueueLag
+from firesafe.store.driver import StorePart
 
 
-class DashboardQueries:
+class DashboardQueries(StorePart):
     """Mixed into :class:`~firesafe.store.sqlite.SQLiteStore` and
-    :class:`~firesafe.store.postgres.PostgresStore`; see :class:`~firesafe.dashboard.store.DashboardStore`."""
-
-    _read: Any
-    now: Any
-
-    def _query_now(self) -> float | None:
-        """The ``now`` a query takes: PostgreSQL's ``_now`` (None, so the database reads its own
-        clock, unless a clock is injected); SQLite's ``now()``."""
-        own = getattr(self, "_now", None)
-        return own() if own is not None else self.now()
+    :class:`~firesafe.store.postgres.PostgresStore`; see :class:`~firesafe.store.contract.DashboardStore`."""
 
     def attempt_buckets(self, since: float, until: float, width: float) -> list[Bucket]:
         rows = self._read("dash_attempt_buckets", {"since": since, "until": until, "bucket": width})
@@ -30,7 +20,7 @@ class DashboardQueries:
         return [DeadGroup(r["name"], r["error_type"], int(r["n"]), r["first_at"], r["last_at"]) for r in rows]
 
     def queue_lags(self) -> list[QueueLag]:
-        rows = self._read("dash_queue_lags", {"now": self._query_now()})
+        rows = self._read("dash_queue_lags", {"now": self._now()})
         return [QueueLag(r["queue"], int(r["runnable"]), max(0.0, float(r["lag"] or 0.0))) for r in rows]
 
     def attempt_counts(self) -> list[tuple[str, str, int]]:

@@ -310,7 +310,7 @@ def _env() -> jinja2.Environment:
 @dataclass
 class Dashboard:
     app: Any
-    token: Token | None
+    token: Token | Sequence[Token] | None
     title: str = "firesafe"
     refresh: float = 5.0
     env: jinja2.Environment = field(default_factory=_env)

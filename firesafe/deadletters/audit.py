@@ -12,6 +12,7 @@ import getpass
 import json
 import os
 import socket
+import sqlite3
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -20,6 +21,7 @@ from firesafe.clock import to_datetime
 from firesafe.errors import InvalidInput
 from firesafe.sanitize import for_store, safe_str
 from firesafe.store import queries
+from firesafe.store.driver import PostgresPart, SQLitePart
 
 #: The longest actor and reason kept (longer ones are cut): a name and a sentence or two, not a file.
 MAX_ACTOR = 200
@@ -100,9 +102,9 @@ def _params(action: str, subject: str | None, actor: str, reason: str | None, de
             "detail": json.dumps(detail or {}, default=safe_str)}
 
 
-class AuditSQLite:
+class AuditSQLite(SQLitePart):
     """The audit log's store methods on SQLite (queries in store/sql/sqlite/audit.sql); a mixin of the
-    store class, which provides ``_tx``, ``_read`` and ``now``."""
+    store class (its driver: ``_tx``, ``_read`` and ``now``)."""
 
     def _audit(self, c: Any, action: str, subject: str | None, actor: str, reason: str | None,
                detail: dict[str, Any] | None, now: float) -> int:
@@ -111,35 +113,49 @@ class AuditSQLite:
         return int(c.execute(q["audit_insert"], _params(action, subject, actor, reason, detail, now)).fetchone()[0])
 
     def audit_record(self, action: str, subject: str | None, actor: str, reason: str | None = None,
-                     detail: dict[str, Any] | None = None) -> int:
-        """Record one action; returns its id."""
-        with self._tx() as c:  # type: ignore[attr-defined]
-            return self._audit(c, action, subject, actor, reason, detail, self.now())  # type: ignore[attr-defined]
+                     detail: dict[str, Any] | None = None, *, conn: Any = None) -> int:
+        """Record one action; returns its id. With ``conn`` (the connection of the caller's open
+        ``_tx()``), in the caller's transaction."""
+        if conn is not None:
+            if not isinstance(conn, sqlite3.Connection) or not conn.in_transaction:
+                raise InvalidInput("audit_record(conn=...) takes the connection of an open store transaction")
+            return self._audit(conn, action, subject, actor, reason, detail, self.now())
+        with self._tx() as c:
+            return self._audit(c, action, subject, actor, reason, detail, self.now())
 
     def audit_list(self, limit: int = 50, action: str | None = None, subject: str | None = None) -> list[AuditEntry]:
         """The latest entries, newest first."""
-        rows = self._read("audit_list", {"action": action, "subject": subject, "limit": limit})  # type: ignore[attr-defined]
+        rows = self._read("audit_list", {"action": action, "subject": subject, "limit": limit})
         return [entry_from_row(r) for r in rows]
 
 
-class AuditPostgres:
+class AuditPostgres(PostgresPart):
     """The audit log's store methods on PostgreSQL (queries in store/sql/postgres/audit.sql); a mixin of
-    the store class, which provides ``_conn``, ``_read``, ``_now`` and ``q``."""
+    the store class (its driver: ``_conn``, ``_read``, ``_now`` and ``q``)."""
 
     def _audit(self, c: Any, action: str, subject: str | None, actor: str, reason: str | None,
                detail: dict[str, Any] | None, now: float | None) -> int:
         """Inside the caller's transaction: one entry (with the change it records, invariant 4)."""
-        row = c.execute(self.q["audit_insert"],  # type: ignore[attr-defined]
-                        _params(action, subject, actor, reason, detail, now)).fetchone()
+        row = c.execute(self.q["audit_insert"], _params(action, subject, actor, reason, detail, now)).fetchone()
         return int(row["id"])
 
     def audit_record(self, action: str, subject: str | None, actor: str, reason: str | None = None,
-                     detail: dict[str, Any] | None = None) -> int:
-        """Record one action; returns its id."""
-        with self._conn() as c, c.transaction():  # type: ignore[attr-defined]
-            return self._audit(c, action, subject, actor, reason, detail, self._now())  # type: ignore[attr-defined]
+                     detail: dict[str, Any] | None = None, *, conn: Any = None) -> int:
+        """Record one action; returns its id. With ``conn`` (a psycopg connection inside the caller's
+        ``transaction()`` on this store's database), in the caller's transaction."""
+        if conn is not None:
+            import psycopg  # only the PostgreSQL store gets here: importing firesafe does not load psycopg
+
+            if not isinstance(conn, psycopg.Connection) or conn.closed:
+                raise InvalidInput("audit_record(conn=...) takes an open psycopg 3 Connection")
+            try:
+                return self._audit(conn, action, subject, actor, reason, detail, self._now())
+            except psycopg.Error as exc:
+                raise self._explain(exc) from exc
+        with self._conn() as c, c.transaction():
+            return self._audit(c, action, subject, actor, reason, detail, self._now())
 
     def audit_list(self, limit: int = 50, action: str | None = None, subject: str | None = None) -> list[AuditEntry]:
         """The latest entries, newest first."""
-        rows = self._read("audit_list", {"action": action, "subject": subject, "limit": limit})  # type: ignore[attr-defined]
+        rows = self._read("audit_list", {"action": action, "subject": subject, "limit": limit})
         return [entry_from_row(r) for r in rows]

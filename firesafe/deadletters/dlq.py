@@ -7,6 +7,7 @@ so two people replaying the same job at once execute it once.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -155,7 +156,7 @@ class DeadLetters:
         return found
 
     def _targets(self, keys: Sequence[str] | None, states: tuple[State, ...],
-                 **filters: Any) -> tuple[list[Job], dict[str, str]]:
+                 **filters: Any) -> tuple[builtins.list[Job], dict[str, str]]:
         """The jobs to act on, and the keys asked for by name that are left alone, with why."""
         if keys is not None:
             keys = list(dict.fromkeys(keys))
@@ -165,7 +166,7 @@ class DeadLetters:
                 raise InvalidInput(f"no job with key(s): {', '.join(sorted(missing)[:10])}")
             jobs = [found[k] for k in keys]
             return [j for j in jobs if j.state in states], {j.key: str(j.state) for j in jobs if j.state not in states}
-        out: list[Job] = []
+        out: builtins.list[Job] = []
         after: tuple[float, int] | None = None
         while True:  # dead jobs by filter, every page
             page = self._app.store.dead_list(self._dead(**filters, after=after, limit=CHUNK))
@@ -191,6 +192,7 @@ class DeadLetters:
                 progress(min(i + CHUNK, len(targets)), len(targets))
         if action == "replay" and moved_ids:
             self._app._wake_workers()
+            self._app._replayed([j.key for j in targets if j.id in moved_ids], who, why, "replay")
         lost = [j.key for j in targets if j.id not in moved_ids]  # moved on between the read and the move
         if lost:
             now = self._jobs(lost)

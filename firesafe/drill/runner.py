@@ -24,6 +24,7 @@ Broken invariants it reports:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -171,7 +172,7 @@ def parse_samples(text: str, source: str, jobs: Sequence[str], takes_arguments: 
         if not isinstance(raw, list) or not raw:
             raise InvalidInput(f"{source}: the samples of {name!r} must be a list of samples (each a list of "
                                "arguments or an object with args/kwargs), with at least one")
-        samples = []
+        samples: list[tuple[list[Any], dict[str, Any]]] = []
         for n, item in enumerate(raw):
             if isinstance(item, list):
                 samples.append((item, {}))
@@ -185,6 +186,12 @@ def parse_samples(text: str, source: str, jobs: Sequence[str], takes_arguments: 
     return out
 
 
+def _sample_insert(jobdef: Any, args: list[Any], kwargs: dict[str, Any], key: str) -> InsertParams:
+    """The insert of one sample under ``key``, built by the job's own enqueue checks."""
+    params: InsertParams = jobdef._params(args, kwargs, key, None, None, None)
+    return params
+
+
 def check_samples(app: Any, options: DrillOptions) -> dict[str, list[Callable[[str], InsertParams]]]:
     """Every sample through the job's own enqueue checks (names, arity, JSON, size), now, before
     anything runs; returns, per job, a maker of each sample's insert under a given key."""
@@ -196,8 +203,7 @@ def check_samples(app: Any, options: DrillOptions) -> dict[str, list[Callable[[s
                 jobdef._params(args, kwargs, f"drill:{name}:check:{n}", None, None, None)
             except InvalidInput as exc:
                 raise InvalidInput(f"sample {n} of job {name!r}: {exc}") from None
-            made.setdefault(name, []).append(
-                lambda key, jd=jobdef, a=args, k=kwargs: jd._params(a, k, key, None, None, None))
+            made.setdefault(name, []).append(functools.partial(_sample_insert, jobdef, args, kwargs))
     return made
 
 

@@ -3,8 +3,10 @@ real decisions.
 
 One seed is one scenario: a few jobs of durable steps, two or three workers, and faults at the named
 points of :mod:`firesafe.drill.faults`, each with its own probability. The workers are real
-:class:`~firesafe.worker.Worker` objects driven one loop turn at a time (claim, run, save, heartbeat,
-rescue) with attempts run inline instead of on threads; the store is a real SQLite file on a
+:class:`~firesafe.worker.Worker` objects driven one turn of their loop at a time: the simulation
+calls :meth:`Worker.turn <firesafe.worker.Worker.turn>`, the loop's body itself (heartbeat, rescue,
+prune, save, timeouts, claim), with attempts run inline instead of on threads and the worker's
+monotonic clock the simulated one; the store is a real SQLite file on a
 :class:`~firesafe.FakeClock`; retries, rescues, fencing and steps are the real code. What a thread
 pool and a wall clock would make random comes from one ``random.Random(seed)``, so a seed replays
 exactly: the same events, the same stored jobs, the same traces.
@@ -37,7 +39,6 @@ import random
 import shutil
 import tempfile
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -53,6 +54,7 @@ from firesafe.retries.backoff import Backoff
 from firesafe.states import State, can_move
 from firesafe.store.base import JobFilter
 from firesafe.store.sqlite import SQLiteStore
+from firesafe.worker import Worker
 from firesafe.worker.executor import ProcessDeath
 
 #: What each fault point may do (a stall is never nested: a stalled world's workers only crash).
@@ -69,20 +71,6 @@ ACTIONS: dict[str, tuple[str, ...]] = {
 KINDS = ("plain", "flaky", "deny", "defer", "nap")
 START = 1_800_000_000.0
 MAX_TURNS = 20_000
-#: The calls of :meth:`Worker._run`'s loop that a simulated turn makes, and those it leaves out (why).
-#: A test compares them with the loop's source, so a new duty in the loop cannot go unsimulated.
-LOOP_MIRRORED = frozenset({"_heartbeat", "_rescue", "_check_isolation", "_linger", "_flush", "_timeouts", "_claim",
-                           "_save_outbox"})
-LOOP_SKIPPED = {
-    "_live": "shutdown and burst mode: whether attempts are left to conclude",
-    "_busy": "shutdown and burst mode: whether attempts, outcomes or transactions in flight are left",
-    "_collect": "the pipeline: a simulated worker keeps none (pipeline=1), its loop runs each transaction",
-    "_settle": "shutdown: the pipeline's transactions in flight (none in the simulation)",
-    "_release_all": "shutdown: the simulation never stops a worker gracefully",
-    "_idle": "burst mode: simulated workers run until the scenario settles",
-    "_sleep_time": "waiting: the simulation moves its clock to the next thing due instead",
-    "_shutdown": "shutdown",
-}
 STORE_BACKOFF = Backoff(base=0.5, factor=2.0, cap=15.0, jitter="equal")
 RETRY = Backoff(base=1.0, factor=2.0, cap=20.0, jitter="full")
 
@@ -185,12 +173,11 @@ class _SyncPool:
 @dataclass
 class _SimWorker:
     name: str
-    worker: Any
+    worker: Worker
     alive: bool = True
-    last_beat: float = float("-inf")
-    last_rescue: float = float("-inf")
     resume_at: float = 0.0
     faults: int = 0
+    turns: int = 0  # calls of its loop's turn
 
 
 _TEMPLATES: dict[str, Path] = {}
@@ -224,7 +211,7 @@ class Simulation:
         self.raw = SQLiteStore(str(self.path), self.clock, synchronous="OFF")
         self.store = FaultyStore(self.raw, self._store_fault, self._moved)
         self.app = App(self.raw, clock=self.clock, lease=scenario.lease, auto_migrate=False)
-        self.app._store = self.store  # type: ignore[assignment]  # every worker and job sees the faulty store
+        self.app._store = self.store  # every worker and job sees the faulty store
         self.provider = Provider(scenario.dedupe)
         self.result = Result(scenario)
         self.queue = "sim"
@@ -266,13 +253,14 @@ class Simulation:
         return receipt
 
     def _between(self, ctx: Any) -> None:
-        """Time passes between two steps; the worker's loop heartbeats meanwhile (unless paused)."""
+        """Time passes between two steps; the worker's loop heartbeats meanwhile (unless paused): the
+        attempt runs inline, in the turn, so the simulation beats for the loop's thread."""
         self.clock.advance(self.rng.uniform(0.1, 2.0))
         self._point("heartbeat", ctx.job.key)
         w = self.stack[-1]
         now = self.clock.now()
-        if now - w.last_beat >= w.worker.heartbeat_interval:
-            w.last_beat = now
+        if now - w.worker._last_beat >= w.worker.heartbeat_interval:
+            w.worker._last_beat = now  # a failed beat is not tried again at once: the loop would back off
             try:
                 w.worker._heartbeat()
             except StoreError as exc:  # the loop thread would back off; the attempt runs on
@@ -344,9 +332,10 @@ class Simulation:
         # job as it is claimed, so no job would ever wait, and the pace it keeps is wall-clock time,
         # which a seed could not replay. tests/integration/test_prefetch.py covers prefetch. No
         # pipeline either: the loop's turn runs each transaction (tests/integration/test_pipeline.py).
-        worker = self.app.worker([self.queue], concurrency=self.s.concurrency, lease=self.s.lease,
-                                 seed=self.rng.randrange(2**32), prefetch=0, pipeline=1)
+        worker: Worker = self.app.worker([self.queue], concurrency=self.s.concurrency, lease=self.s.lease,
+                                         seed=self.rng.randrange(2**32), prefetch=0, pipeline=1)
         worker.id = f"sim:{name}"
+        worker.monotonic = self.clock.now  # timeouts, lingering and probes in simulated time, on every replay
         worker._pool = _SyncPool()
         w = _SimWorker(name, worker)
         self.workers.append(w)
@@ -397,33 +386,20 @@ class Simulation:
             self.clock.set(min(target, until) if until is not None else target)
 
     def _turn(self, w: _SimWorker) -> bool:
-        """One pass of ``w``'s loop, as :meth:`Worker._run` makes it (the calls of :data:`LOOP_MIRRORED`,
-        in its order); True if it claimed or saved something."""
+        """One turn of ``w``'s loop: :meth:`Worker.turn`, the real loop's body, its attempts run inline
+        (the simulation moves the clock instead of waiting as the loop would); True if it claimed or
+        saved something. A store fault is the loop's to back off from, in simulated time."""
         self.stack.append(w)
         worker = w.worker
         try:
-            now = self.clock.now()
-            if now - w.last_beat >= worker.heartbeat_interval:
-                w.last_beat = now
-                worker._heartbeat()
-            if now - w.last_rescue >= worker.rescue_interval:
-                w.last_rescue = now
-                worker._rescue()
-                worker._check_isolation()
             before = worker.stats.succeeded + worker.stats.failed + worker.stats.dead + worker.stats.deferred
-            lingering = worker._linger()
-            if not lingering:
-                worker._flush()
-            worker._timeouts()
-            claimed = [] if lingering else worker._claim()  # saves the outcomes _flush collected, with the claim
-            worker._save_outbox()  # those no claim took along
-            if claimed:  # the attempts ran (inline); their outcomes are not saved yet
-                self._point("before_complete", ",".join(c.job.key for c in claimed))
-                if not worker._linger():
-                    worker._flush()  # collected: the next turn's claim saves them
+            w.turns += 1
+            turn = worker.turn()
+            if turn.claimed:  # the attempts ran (inline); their outcomes wait for a later turn to save them
+                self._point("before_complete", ",".join(c.job.key for c in turn.claimed))
             w.faults = 0
             after = worker.stats.succeeded + worker.stats.failed + worker.stats.dead + worker.stats.deferred
-            return bool(claimed) or after != before
+            return bool(turn.claimed) or after != before
         except StoreError as exc:
             w.faults += 1
             w.resume_at = self.clock.now() + STORE_BACKOFF.delay(w.faults, self.rng.random())
@@ -439,7 +415,7 @@ class Simulation:
 
     # -- a whole scenario ------------------------------------------------------------------------------
     def run(self) -> Result:
-        with _logs_to(self._event), _worker_clock(self.clock):
+        with _logs_to(self._event):
             return self._run()
 
     def _run(self) -> Result:
@@ -470,6 +446,7 @@ class Simulation:
             self.faults_on = False
         self._check()
         res.stats["turns"] = self.turns
+        res.stats["worker_turns"] = sum(w.turns for w in self.workers)
         res.stats["workers_started"] = len(self.workers)
         res.stats["fenced"] = sum(w.worker.stats.fenced for w in self.workers)
         res.stats["rescued"] = sum(w.worker.stats.rescued for w in self.workers)
@@ -541,32 +518,6 @@ class _Stuck(Exception):
 class _Abort(ProcessDeath):
     """A violation was found mid-run: the scenario stops there (no job code may catch this, and the
     worker passes it through as it does a process's death)."""
-
-
-class _SimTime:
-    """``time`` as the worker module sees it during a scenario: its monotonic clock is the simulated
-    one, so timeouts, lingering and probes happen in simulated time, the same way on every replay."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        self._clock = clock
-
-    def monotonic(self) -> float:
-        return self._clock.now()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-
-@contextmanager
-def _worker_clock(clock: FakeClock) -> Iterator[None]:
-    from firesafe.worker import worker as module
-
-    real = module.time
-    module.time = _SimTime(clock)  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        module.time = real
 
 
 class _Events(logging.Handler):
@@ -646,5 +597,5 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["ACTIONS", "LOOP_MIRRORED", "LOOP_SKIPPED", "Provider", "Result", "Scenario", "SimCrash", "Simulation",
+__all__ = ["ACTIONS", "Provider", "Result", "Scenario", "SimCrash", "Simulation",
            "main", "run_range", "run_seed"]

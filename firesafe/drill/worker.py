@@ -213,7 +213,8 @@ def prepare(app: Any, store_url: str, injector: Injector, jobs: list[str]) -> No
     app.store_url = store_url
     app.alerts.sinks = []  # a drill never pages anyone: dead-letter alerts stay in the scratch outbox
     app.alerts._rules_set = False
-    app._duty_hooks = []  # no alert delivery, no schedules enqueuing windows into the scratch store
+    for start in app.hooks.start_duty:  # no alert delivery, no schedules enqueuing windows into the scratch store
+        app.hooks.remove(start.__self__)
     for name in jobs:
         injector.wrap(app.jobs[name])
 
@@ -250,11 +251,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"drill worker: {exc}", file=sys.stderr)
         return 2
     worker.install_signal_handlers()
-    app._wake_hooks.append(worker._wake.set)
     parent = os.getppid()
 
     def watch() -> None:  # the drill is gone (killed): stop rather than run on a scratch store forever
-        while not worker._stopping.wait(1.0):
+        while not worker.wait_stopped(1.0):
             if os.getppid() != parent:
                 worker.stop()
                 return

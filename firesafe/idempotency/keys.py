@@ -183,9 +183,9 @@ def _fast_encoder() -> Callable[[Any], str]:
     cannot hold a cycle. Falls back to ``_ENCODER.encode`` where the C module is absent or differs.
     """
     make = getattr(json.encoder, "c_make_encoder", None)
-    try:
-        c_encode = make(None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",
-                        True, False, False)  # type: ignore[misc]
+    try:  # make is None where the C module is absent: the TypeError below
+        c_encode = make(None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",  # type: ignore[misc]
+                        True, False, False)
         sample = {"b": [1.5, "é", None, True], "a": {}}
         if "".join(c_encode(sample, 0)) != _ENCODER.encode(sample):
             raise ValueError("a different encoding")

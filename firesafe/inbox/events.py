@@ -9,6 +9,7 @@ handled event enqueues nothing, even after the job itself was pruned (event rows
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import inspect
 import json
@@ -57,7 +58,7 @@ class InboxEvent:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> InboxEvent:
-        return cls(d["source"], d["id"], d["type"], d["data"], to_datetime(d["received_at"]))  # type: ignore[arg-type]
+        return cls(d["source"], d["id"], d["type"], d["data"], to_datetime(d["received_at"]))
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,8 @@ def json_kind(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(value)
-    return {dict: "an object", list: "a list"}.get(type(value), type(value).__name__)
+    kinds: dict[type, str] = {dict: "an object", list: "a list"}
+    return kinds.get(type(value), type(value).__name__)
 
 
 _NESTS = (dict, list, tuple)
@@ -370,7 +372,7 @@ class Inbox:
                 row["changed_data"] = json.loads(row["changed_data"])
         return row
 
-    def replay_unhandled(self, source: str | None = None) -> list[Job]:
+    def replay_unhandled(self, source: str | None = None) -> builtins.list[Job]:
         """Enqueue the handler jobs of stored events that had no handler when they arrived."""
         jobs = []
         offset = 0

@@ -28,7 +28,10 @@ from firesafe.inbox.events import EventConflict, Source, json_kind
 from firesafe.inbox.verify import Unverified
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from firesafe.app import App
+    from firesafe.dashboard.security import Token
 
 log = logging.getLogger("firesafe.inbox")
 
@@ -139,7 +142,8 @@ def create_app(app: App) -> Starlette:
     return Starlette(routes=event_routes(app))
 
 
-def create_server_app(app: App, token: str | None = None, *, public_url: str | None = None) -> Starlette:
+def create_server_app(app: App, token: str | Token | Sequence[Token] | None = None, *,
+                      public_url: str | None = None) -> Starlette:
     """The dashboard's ASGI app with ``POST /events/{source}`` added (what ``firesafe serve`` runs).
 
     The event paths skip the dashboard's token and CSRF checks: each source verifies its own

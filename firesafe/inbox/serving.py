@@ -73,7 +73,7 @@ def guarded_protocol(limits: Limits) -> type[asyncio.Protocol]:
     warned = [0.0, 0]  # when the last warning was logged, connections refused since
 
     class GuardedH11Protocol(H11Protocol):
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's
             self._phase: str | None = None
             self._timer: asyncio.TimerHandle | None = None
             self._refused = False
@@ -90,10 +90,10 @@ def guarded_protocol(limits: Limits) -> type[asyncio.Protocol]:
             state = self.conn.their_state
             self._enter("head" if state is h11.IDLE else "body" if state is h11.SEND_BODY else None)
 
-        def eof_received(self) -> bool | None:
+        def eof_received(self) -> None:
             if self._refused:
-                return None  # the transport closes
-            return super().eof_received()  # type: ignore[func-returns-value]
+                return  # the transport closes
+            super().eof_received()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._cancel()

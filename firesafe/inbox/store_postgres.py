@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from firesafe.store.driver import PostgresPart
 
-class InboxPostgres:
-    q: dict[str, str]
-    _conn: Any
-    _read: Any
-    _now: Any
+
+class InboxPostgres(PostgresPart):
+    """Store methods of the inbox part; mixed into the postgres store class."""
 
     def inbox_event_store(self, source: str, event_id: str, type: str, data: str, fingerprint: str,
                           body_digest: str | None = None) -> tuple[bool, dict[str, Any]]:
@@ -30,7 +29,7 @@ class InboxPostgres:
             row = c.execute(self.q["inbox_event_get"], key).fetchone()
             if row is None:  # nothing stored: the same body is stored under another id
                 row = c.execute(self.q["inbox_event_by_digest"], {"source": source,
-                                                                  "body_digest": body_digest}).fetchone()
+                                                                  "body_digest": body_digest}).fetchall()[0]
                 c.execute(self.q["inbox_event_redelivered"], {"source": source, "event_id": row["event_id"],
                                                               "data": data, "fingerprint": fingerprint, "now": now})
         return created, dict(row)

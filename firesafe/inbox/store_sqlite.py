@@ -6,15 +6,13 @@ import json
 from typing import Any
 
 from firesafe.store import queries
+from firesafe.store.driver import SQLitePart
 
 Q = queries.load("sqlite")
 
 
-class InboxSQLite:
-    _tx: Any
-    _read: Any
-    _group_write: Any
-    now: Any
+class InboxSQLite(SQLitePart):
+    """Store methods of the inbox part; mixed into the sqlite store class."""
 
     def inbox_event_store(self, source: str, event_id: str, type: str, data: str, fingerprint: str,
                           body_digest: str | None = None) -> tuple[bool, dict[str, Any]]:

@@ -66,7 +66,7 @@ class Limiter:
         return f"<limiter {s.name} {' '.join(p for p in parts if p)}>"
 
     def _sync(self) -> None:
-        self.app.store.limiter_sync([self.spec])  # type: ignore[attr-defined]
+        self.app.store.limiter_sync([self.spec])
 
     def pause(self, seconds: float | None = None, *, until: datetime | None = None, reason: str | None = None,
               actor: str | None = None) -> LimiterStatus:
@@ -88,21 +88,21 @@ class Limiter:
                 when = to_timestamp(until)
             except ValueError as exc:
                 raise InvalidInput(str(exc)) from None
-        return self.app.store.limiter_pause(self.name, seconds=seconds, until=when,  # type: ignore[attr-defined]
+        return self.app.store.limiter_pause(self.name, seconds=seconds, until=when,
                                             reason=reason_of(reason), actor=actor_of(actor))
 
     def resume(self, actor: str | None = None, *, reason: str | None = None) -> LimiterStatus:
         """End a pause and close the breaker now; waiting jobs are released at the limiter's pace.
         The ``resumed`` event records ``actor`` (default ``$FIRESAFE_ACTOR``, else user@host) and ``reason``."""
         self._sync()
-        status, _released = self.app.store.limiter_resume(  # type: ignore[attr-defined]
+        status, _released = self.app.store.limiter_resume(
             self.name, actor=actor_of(actor), reason=reason_of(reason))
         return status
 
     def status(self) -> LimiterStatus:
         """Tokens now, slots in use, jobs waiting, pause and breaker, as the store holds them."""
         self._sync()
-        return next(s for s in self.app.store.limiter_list() if s.name == self.name)  # type: ignore[attr-defined]
+        return next(s for s in self.app.store.limiter_list() if s.name == self.name)
 
 
 def actor_of(actor: str | None) -> str:

@@ -66,7 +66,7 @@ class StoreTime:
     KEEP = 60.0
 
     def __init__(self, store: Any) -> None:
-        self.clock = getattr(store, "clock", None)
+        self.clock = store.clock  # None: the database's clock (see Store.clock)
         self._offset: float | None = None
         self._learnt = 0.0
 

@@ -97,7 +97,7 @@ class Limit:
             return
         if exc is not None and verdict.waits:
             try:
-                exc._firesafe_limit = Tag(self.name, verdict.delay)  # type: ignore[union-attr]
+                exc._firesafe_limit = Tag(self.name, verdict.delay)  # type: ignore[attr-defined]  # a tag the worker reads
             except AttributeError:  # an exception type without a __dict__: it is retried as usual
                 pass
 

@@ -34,6 +34,7 @@ from firesafe.errors import InvalidInput
 from firesafe.limits import bucket
 from firesafe.limits.bucket import LimiterSpec, LimiterState
 from firesafe.store.base import FinishParams
+from firesafe.store.driver import StorePart
 
 #: The ``reason`` of a job waiting for a limiter: ``limiter:<name>``.
 REASON_PREFIX = "limiter:"
@@ -161,15 +162,16 @@ _TIME_FIELDS = frozenset({"until", "retry_at", "was_paused"})
 
 
 def _iso(value: Any) -> Any:
-    return to_datetime(value).isoformat() if isinstance(value, (int, float)) else value  # type: ignore[union-attr]
+    return to_datetime(value).isoformat() if isinstance(value, (int, float)) else value
 
 
 def _wait_message(limiter: str, why: str | None, delay: float) -> str:
     return f"waiting for limiter {limiter!r} ({why or 'limit'}); next turn in {delay:.3g}s"
 
 
-class LimitsStore:
-    """The limiter methods of a store. A dialect mixin supplies the ``_lim_*`` adapters."""
+class LimitsStore(StorePart):
+    """The limiter methods of a store (:class:`~firesafe.store.contract.LimiterStore`), written once; a
+    dialect mixin supplies the ``_lim_*`` adapters."""
 
     # -- dialect adapters (implemented by LimitsSQLite / LimitsPostgres) ---------------------
     def _lim_tx(self) -> AbstractContextManager[Any]:
@@ -410,7 +412,7 @@ class LimitsStore:
             raise InvalidInput(f"a pause needs seconds >= 0, not {seconds!r}")
         with self._lim_tx() as c:
             _spec, st, now = self._lim_one(c, name)
-            end = now + seconds if seconds is not None else float(until)  # type: ignore[arg-type]
+            end = now + seconds if seconds is not None else float(until) if until is not None else now
             new, started = bucket.pause(st, now, end, reason or "manual")
             if new != st:
                 self._lim_save(c, now, {name: st}, {name: new})
@@ -459,7 +461,7 @@ class LimitsStore:
         return out
 
     def _lim_clock(self) -> float:
-        return float(self.now())  # type: ignore[attr-defined]
+        return float(self.now())
 
     def limiter_event_list(self, after_id: int = 0, limiter: str | None = None, limit: int = 100, *,
                            newest: bool = False) -> list[LimiterEvent]:
@@ -469,7 +471,7 @@ class LimitsStore:
         rows = self._lim_read(query, {"after": after_id, "limiter": limiter, "limit": limit})
         if newest:
             rows = list(reversed(rows))
-        return [LimiterEvent(r["id"], r["limiter"], to_datetime(r["at"]), r["kind"], r["actor"],  # type: ignore[arg-type]
+        return [LimiterEvent(r["id"], r["limiter"], to_datetime(r["at"]), r["kind"], r["actor"],
                              json.loads(r["detail"]) if r["detail"] else {}) for r in rows]
 
 

@@ -7,29 +7,30 @@ from contextlib import contextmanager
 from typing import Any
 
 from firesafe.limits.store import LimitsStore
+from firesafe.store.driver import PostgresPart
 
 _WAIT_FIELDS = ("job_id", "token", "seq", "delay", "reason", "error_type", "message", "traceback", "detail")
 
 
-class LimitsPostgres(LimitsStore):
+class LimitsPostgres(LimitsStore, PostgresPart):
     """Store methods of the limits part; mixed into the postgres store class."""
 
     @contextmanager
     def _lim_tx(self) -> Iterator[Any]:
-        with self._conn() as c, c.transaction():  # type: ignore[attr-defined]
+        with self._conn() as c, c.transaction():
             yield c
 
     def _lim_now(self, c: Any) -> float:
-        if self.clock is not None:  # type: ignore[attr-defined]
-            return float(self.clock.now())  # type: ignore[attr-defined]
-        return float(c.execute(self.q["clock_now"]).fetchone()["now"])  # type: ignore[attr-defined]
+        if self.clock is not None:
+            return float(self.clock.now())
+        return float(c.execute(self.q["clock_now"]).fetchone()["now"])
 
     def _lim_exec(self, c: Any, name: str, params: Mapping[str, Any]) -> Any:
-        return c.execute(self.q[name], dict(params))  # type: ignore[attr-defined]
+        return c.execute(self.q[name], dict(params))
 
     def _lim_exec_many(self, c: Any, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
         with c.cursor() as cur:  # psycopg pipelines executemany: one round trip for the batch
-            cur.executemany(self.q[name], [dict(r) for r in rows])  # type: ignore[attr-defined]
+            cur.executemany(self.q[name], [dict(r) for r in rows])
 
     def _lim_list(self, values: Sequence[Any]) -> Any:
         return list(values)
@@ -37,7 +38,7 @@ class LimitsPostgres(LimitsStore):
     def _lim_waits(self, c: Any, now: float, waits: list[dict[str, Any]]) -> set[int]:
         params: dict[str, Any] = {f: [w[f] for w in waits] for f in _WAIT_FIELDS}
         params["now"] = now
-        return {r["id"] for r in c.execute(self.q["limiter_job_wait"], params).fetchall()}  # type: ignore[attr-defined]
+        return {r["id"] for r in c.execute(self.q["limiter_job_wait"], params).fetchall()}
 
     def _lim_read(self, name: str, params: Mapping[str, Any]) -> list[Any]:
-        return self._read(name, dict(params))  # type: ignore[attr-defined,no-any-return]
+        return self._read(name, dict(params))

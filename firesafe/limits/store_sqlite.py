@@ -9,18 +9,19 @@ from typing import Any
 
 from firesafe.limits.store import LimitsStore
 from firesafe.store import queries
+from firesafe.store.driver import SQLitePart
 
 
-class LimitsSQLite(LimitsStore):
+class LimitsSQLite(LimitsStore, SQLitePart):
     """Store methods of the limits part; mixed into the sqlite store class."""
 
     @contextmanager
     def _lim_tx(self) -> Iterator[Any]:
-        with self._tx() as c:  # type: ignore[attr-defined]
+        with self._tx() as c:
             yield c
 
     def _lim_now(self, c: Any) -> float:
-        return float(self.now())  # type: ignore[attr-defined]
+        return float(self.now())
 
     def _lim_exec(self, c: Any, name: str, params: Mapping[str, Any]) -> Any:
         return c.execute(queries.load("sqlite")[name], dict(params))
@@ -42,4 +43,4 @@ class LimitsSQLite(LimitsStore):
         return applied
 
     def _lim_read(self, name: str, params: Mapping[str, Any]) -> list[Any]:
-        return self._read(name, dict(params))  # type: ignore[attr-defined,no-any-return]
+        return self._read(name, dict(params))

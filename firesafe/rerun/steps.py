@@ -22,7 +22,8 @@ from firesafe.idempotency.keys import canonical_json
 from firesafe.idempotency.keys import step_key as step_key  # re-exported: ctx.idempotency_key uses it
 
 if TYPE_CHECKING:
-    from firesafe.store.base import StepRecord, Store
+    from firesafe.store.base import StepRecord
+    from firesafe.store.contract import Store
 
 MAX_STEP_RESULT = 1024 * 1024
 MAX_STEP_NAME = 200
@@ -58,7 +59,7 @@ def repeatable(fn: F) -> F:
 
         marked = call
     setattr(marked, REPEATABLE, True)
-    return marked  # type: ignore[no-any-return]
+    return marked
 
 
 def is_repeatable(fn: object) -> bool:

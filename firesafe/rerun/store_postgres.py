@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from firesafe.store.base import StepRecord
+from firesafe.store.driver import PostgresPart
 
 
-class StepsPostgres:
-    q: dict[str, str]
-    channel: str
-    _conn: Any
-    _read: Any
-    _now: Any
+class StepsPostgres(PostgresPart):
+    """Store methods of the steps part; mixed into the postgres store class."""
 
     def step_list(self, job_id: int) -> list[StepRecord]:
         return [StepRecord(r["name"], r["position"], r["result"], r["run_seq"], r["recorded_at"])

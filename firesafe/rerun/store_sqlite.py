@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from firesafe.store import queries
 from firesafe.store.base import StepRecord
+from firesafe.store.driver import SQLitePart
 
 Q = queries.load("sqlite")
 
 
-class StepsSQLite:
-    _tx: Any
-    _group_write: Any
-    _read: Any
-    now: Any
+class StepsSQLite(SQLitePart):
+    """Store methods of the steps part; mixed into the sqlite store class."""
 
     def step_list(self, job_id: int) -> list[StepRecord]:
         return [StepRecord(r["name"], r["position"], r["result"], r["run_seq"], r["recorded_at"])

@@ -19,7 +19,7 @@ DEFAULT_MAX_DEFERRALS = 100
 DEFAULT_MAX_LOST = 3
 
 
-@dataclass(slots=True)  # read-only by convention: built once an attempt, and frozen would cost 6x
+@dataclass(slots=True)  # read-only by convention: built once an attempt, and a frozen one costs more
 class Decision:
     """The job's next state and how the attempt is recorded."""
 
@@ -30,7 +30,7 @@ class Decision:
     deferred: bool = False  # the attempt is given back to the budget
 
 
-@dataclass(slots=True)  # read-only by convention: built once an attempt, and frozen would cost 6x
+@dataclass(slots=True)  # read-only by convention: built once an attempt, and a frozen one costs more
 class Budget:
     attempt: int  # the attempt that just ended, 1-based, deferrals not counted
     max_attempts: int

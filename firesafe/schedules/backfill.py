@@ -148,8 +148,8 @@ def backfill(app: App, name: str, start: object, end: object, *, dry_run: bool =
         raise InvalidInput(f"max_active must be a whole number >= 1 (or None), not {max_active!r}")
     lo, hi = bound(start, schedule, end=False), bound(end, schedule, end=True)
     if lo >= hi:
-        why = f" (a date as 'to' covers its whole day, up to {hi.isoformat()})" if _is_day(end) else ""
-        raise InvalidInput(f"the range is empty: from {_shown(start)} is not before to {_shown(end)}{why}")
+        hint = f" (a date as 'to' covers its whole day, up to {hi.isoformat()})" if _is_day(end) else ""
+        raise InvalidInput(f"the range is empty: from {_shown(start)} is not before to {_shown(end)}{hint}")
     store = app.store
     now = store.now()
     result = BackfillResult(name, lo, hi, dry_run, rerun)

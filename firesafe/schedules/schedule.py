@@ -155,11 +155,10 @@ def declare(app: App, expression: str, *, tz: str = "UTC", catchup: str = "all",
             job.alert = AlertPolicy.of(alert, schedule_name)
         app.jobs[schedule_name] = job
         app.schedules[schedule_name] = Schedule(schedule_name, cron, catchup, window_s, grace_s, job)
-        hooks = app._duty_hooks
-        if not any(getattr(h, "firesafe_scheduler", False) for h in hooks):
-            from firesafe.schedules.scheduler import start_duty
+        from firesafe.schedules.scheduler import SchedulerHook
 
-            hooks.append(start_duty(app))  # workers serving a schedule's queue run the scheduler
+        if not any(isinstance(h, SchedulerHook) for h in app.hooks):
+            app.add_hook(SchedulerHook(app))  # workers serving a schedule's queue run the scheduler
         return job
 
     return register

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from firesafe.errors import IdempotencyConflict, StoreError
+from firesafe.hooks import Hook
 from firesafe.retries.backoff import Backoff
 from firesafe.schedules.plan import Plan, decide
 from firesafe.schedules.store import AdvanceParams, MissedWindow, NewEvent, ScheduleState
@@ -184,11 +185,16 @@ class SchedulerDuty:
         self.scheduler.stop()
 
 
-def start_duty(app: App) -> Callable[[Any], Callable[[], None] | None]:
-    """The worker duty hook of an app with schedules: starts a :class:`SchedulerDuty` in each worker
-    that serves the queue of at least one schedule, unless the worker was made with ``scheduler=False``."""
+class SchedulerHook(Hook):
+    """The hook of an app with schedules (registered when the first is declared): its duty is a
+    :class:`SchedulerDuty` in each worker that serves the queue of at least one schedule, unless the
+    worker was made with ``scheduler=False``."""
 
-    def start(worker: Any) -> Callable[[], None] | None:
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    def start_duty(self, worker: Any) -> Callable[[], None] | None:
+        app = self.app
         if not app.schedules:
             return None
         if not getattr(worker, "scheduler", True):
@@ -204,9 +210,6 @@ def start_duty(app: App) -> Callable[[Any], Callable[[], None] | None]:
         duty = SchedulerDuty(app, getattr(worker, "id", f"pid-{id(worker)}"), queues)
         duty.start()
         return duty.stop
-
-    start.firesafe_scheduler = True  # type: ignore[attr-defined]
-    return start
 
 
 def enqueue_windows(app: App, schedule: Schedule, bounds: list[tuple[int, int]]) -> int:

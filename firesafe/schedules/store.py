@@ -1,4 +1,5 @@
-"""What the schedules part needs of a store; both stores implement it in their schedules mixin.
+"""The records of the schedules part of the store; its methods are declared in
+:class:`firesafe.store.contract.ScheduleStore` (both stores implement them in their schedules mixin).
 
 Three tables (migration 0004): the scheduler's state per schedule (its cursor: every window ending
 at or before it is decided), the missed windows keyed ``(schedule, window_start)``, and the
@@ -9,9 +10,10 @@ outbox (kinds ``schedule_missed``, ``backfill_started``, ``backfill_finished``; 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 #: Kinds of schedule events.
 EVENT_KINDS = ("missed", "backfill_started", "backfill_finished")
@@ -86,58 +88,16 @@ class AdvanceParams:
     events: Sequence[NewEvent] = field(default_factory=tuple)
 
 
-class ScheduleStore(Protocol):
-    """Store methods of the schedules part (Noun+Verb, as the core contract)."""
+def state_from_row(r: Any) -> ScheduleState:
+    """A schedule's state from its row (either dialect's)."""
+    return ScheduleState(r["name"], r["expression"], r["tz"], float(r["cursor"]), r["last_start"], r["last_end"],
+                         bool(r["paused"]), float(r["updated_at"]))
 
-    def schedule_state_init(self, name: str, expression: str, tz: str) -> ScheduleState:
-        """The state of a schedule, created with its cursor at the store's ``now`` if it had none."""
-        ...
 
-    def schedule_state_list(self) -> list[ScheduleState]:
-        """Every schedule the store knows, by name."""
-        ...
+def missed_from_row(r: Any) -> MissedWindow:
+    return MissedWindow(r["schedule"], float(r["window_start"]), float(r["window_end"]), r["window_key"],
+                        r["reason"], float(r["recorded_at"]), r["backfilled_at"])
 
-    def schedule_advance(self, params: AdvanceParams) -> bool:
-        """Compare-and-set the cursor; False (nothing written) if another scheduler moved it first,
-        or the schedule is paused. Missed windows are recorded at most once per (schedule, start)."""
-        ...
 
-    def schedule_pause(self, name: str, expression: str, tz: str, paused: bool, *, actor: str | None = None,
-                       reason: str | None = None) -> ScheduleState:
-        """Pause or resume. Resuming moves the cursor to ``now``: windows that ended while paused are
-        not run (backfill them on purpose). With ``actor``, the change is recorded in the audit log
-        (``schedule_pause`` / ``schedule_resume``, subject the schedule) in the same transaction."""
-        ...
-
-    def schedule_missed_list(self, name: str, limit: int = 100, open_only: bool = False) -> list[MissedWindow]:
-        """Missed windows of a schedule, newest first (``open_only``: not backfilled since)."""
-        ...
-
-    def schedule_missed_count(self) -> dict[str, int]:
-        """Missed windows not backfilled since, per schedule."""
-        ...
-
-    def schedule_missed_resolve(self, name: str, starts: Sequence[float]) -> int:
-        """Mark missed windows as backfilled."""
-        ...
-
-    def schedule_event_record(self, name: str, event: NewEvent) -> int:
-        """Record an event (and its alert, in the same transaction); returns its id."""
-        ...
-
-    def schedule_event_list(self, after_id: int = 0, limit: int = 100, name: str | None = None
-                            ) -> list[ScheduleEvent]:
-        """Events with an id above ``after_id``, oldest first: a feed to follow with a cursor."""
-        ...
-
-    def schedule_window_states(self, keys: Sequence[str]) -> dict[str, tuple[int, str]]:
-        """``{key: (job id, state)}`` for the window jobs that exist among ``keys``."""
-        ...
-
-    def schedule_backfill_last(self, name: str) -> tuple[float, float] | None:
-        """``(start, end)`` of the latest window a backfill of this schedule enqueued or re-ran."""
-        ...
-
-    def schedule_job_counts(self, name: str) -> dict[str, int]:
-        """How many jobs of this name are in each state."""
-        ...
+def event_from_row(r: Any) -> ScheduleEvent:
+    return ScheduleEvent(int(r["id"]), r["schedule"], float(r["at"]), r["kind"], json.loads(r["detail"]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from firesafe.schedules.store import (
     ALERT_KEYS,
@@ -14,26 +14,24 @@ from firesafe.schedules.store import (
     NewEvent,
     ScheduleEvent,
     ScheduleState,
+    event_from_row,
+    missed_from_row,
+    state_from_row,
 )
 
+if TYPE_CHECKING:
+    from firesafe.store.contract import AlertStore, AuditStore
+    from firesafe.store.driver import PostgresDriver
 
-def state_from_row(r: dict[str, Any]) -> ScheduleState:
-    return ScheduleState(r["name"], r["expression"], r["tz"], float(r["cursor"]), r["last_start"], r["last_end"],
-                         bool(r["paused"]), float(r["updated_at"]))
-
-
-def missed_from_row(r: dict[str, Any]) -> MissedWindow:
-    return MissedWindow(r["schedule"], float(r["window_start"]), float(r["window_end"]), r["window_key"],
-                        r["reason"], float(r["recorded_at"]), r["backfilled_at"])
-
-
-def event_from_row(r: dict[str, Any]) -> ScheduleEvent:
-    return ScheduleEvent(int(r["id"]), r["schedule"], float(r["at"]), r["kind"], json.loads(r["detail"]))
+    class _Part(PostgresDriver, AlertStore, AuditStore, Protocol):
+        """What this part uses: the driver, and the alerts and audit parts inside its transactions."""
+else:
+    _Part = object
 
 
-class SchedulesPostgres:
-    """Store methods of the schedules part; mixed into the postgres store class (which provides
-    ``_conn``, ``_read``, ``_write``, ``_now`` and the rendered queries ``q``)."""
+class SchedulesPostgres(_Part):
+    """Store methods of the schedules part; mixed into the postgres store class (its driver: ``_conn``,
+    ``_read``, ``_write``, ``_now`` and the rendered queries ``q``)."""
 
     def schedule_state_init(self, name: str, expression: str, tz: str) -> ScheduleState:
         q = self.q
@@ -68,10 +66,8 @@ class SchedulesPostgres:
         """Inside the caller's transaction: the event, and the alert it raises (invariant 4)."""
         row = c.execute(self.q["schedule_event_insert"], {
             "name": name, "now": now, "kind": event.kind, "detail": json.dumps(event.detail)}).fetchone()
-        record = getattr(self, "alert_record", None)
-        if record is not None:
-            record(ALERT_KINDS[event.kind], job_name=name, keys=list(event.keys)[:ALERT_KEYS],
-                   payload={"schedule": name, **event.detail}, dedupe=event.dedupe, conn=c)
+        self.alert_record(ALERT_KINDS[event.kind], job_name=name, keys=list(event.keys)[:ALERT_KEYS],
+                          payload={"schedule": name, **event.detail}, dedupe=event.dedupe, conn=c)
         return int(row["id"])
 
     def schedule_pause(self, name: str, expression: str, tz: str, paused: bool, *, actor: str | None = None,
@@ -82,8 +78,8 @@ class SchedulesPostgres:
             c.execute(q["schedule_pause" if paused else "schedule_resume"],
                       {"name": name, "expression": expression, "tz": tz, "now": self._now()})
             if actor is not None:
-                self._audit(c, "schedule_pause" if paused else "schedule_resume", name, actor, reason,  # type: ignore[attr-defined]
-                            {"was_paused": bool(before and before["paused"])}, self._now())
+                self.audit_record("schedule_pause" if paused else "schedule_resume", name, actor, reason,
+                                  {"was_paused": bool(before and before["paused"])}, conn=c)
             return state_from_row(c.execute(q["schedule_state_get"], {"name": name}).fetchone())
 
     def schedule_missed_list(self, name: str, limit: int = 100, open_only: bool = False) -> list[MissedWindow]:

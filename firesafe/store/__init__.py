@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from firesafe.clock import Clock
 from firesafe.errors import ConfigError, InvalidInput, StoreError
 from firesafe.masking import redact_url
-from firesafe.store.base import Store
+from firesafe.store.contract import ListenStore, Store
 from firesafe.store.queries import check_version
 
 DEFAULT_URL = "sqlite:///firesafe.db"
@@ -19,7 +20,7 @@ def resolve_url(url: str | None) -> str:
     return url or os.environ.get("FIRESAFE_STORE") or DEFAULT_URL
 
 
-def open_store(url: str | None = None, clock: Clock | None = None, **options: object) -> Store:
+def open_store(url: str | None = None, clock: Clock | None = None, **options: Any) -> Store:
     """Open (not migrate) the store a URL names.
 
     ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``postgresql://user@host/db``
@@ -37,14 +38,14 @@ def open_store(url: str | None = None, clock: Clock | None = None, **options: ob
             raise StoreError(f"SQLite URL {redact_url(url)!r} names a path with a NUL character in it")
         from firesafe.store.sqlite import SQLiteStore
 
-        return SQLiteStore(path, clock, **options)  # type: ignore[arg-type]
+        return SQLiteStore(path, clock, **options)
     if scheme in ("postgresql", "postgres"):
         try:
             from firesafe.store.postgres import PostgresStore
         except ImportError as exc:  # pragma: no cover - psycopg is a dependency
             raise StoreError(f"the PostgreSQL store needs psycopg: {exc}") from exc
         try:
-            return PostgresStore(url, clock, **options)  # type: ignore[arg-type]
+            return PostgresStore(url, clock, **options)
         except ValueError as exc:  # urllib's verdict on a malformed URL: a port out of range, a broken IPv6 host
             if isinstance(exc, StoreError | ConfigError | InvalidInput):
                 raise
@@ -60,7 +61,7 @@ def open_store(url: str | None = None, clock: Clock | None = None, **options: ob
 
 def describe(store: Store) -> str:
     """Where a store is, for messages: its URL without a password (PostgreSQL: with the schema)."""
-    return str(getattr(store, "where", None) or store.url)
+    return store.where
 
 
 def check_schema(store: Store) -> int:
@@ -69,4 +70,4 @@ def check_schema(store: Store) -> int:
     return check_version(describe(store), store.dialect, store.schema_version())
 
 
-__all__ = ["DEFAULT_URL", "Store", "check_schema", "describe", "open_store", "resolve_url"]
+__all__ = ["DEFAULT_URL", "ListenStore", "Store", "check_schema", "describe", "open_store", "resolve_url"]

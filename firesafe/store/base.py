@@ -1,12 +1,10 @@
-"""The store contract: every store (SQLite, PostgreSQL) implements these methods and passes one suite.
+"""The parameter and record types of the core store contract, and helpers both stores share.
 
-Methods are named Noun+Verb and take small parameter values. Every method that changes a job names
-the state (and, for attempts, the lease token) it expects; it reports per item whether it applied.
+The contract itself (every method a store offers) is declared in :mod:`firesafe.store.contract`.
 """
 
 from __future__ import annotations
 
-import abc
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -29,6 +27,8 @@ class InsertParams:
     #: ``(args, kwargs)`` as Python values when the payload is plain scalars (so they equal its
     #: decoded JSON): a store may hand them back in the returned job instead of decoding ``payload``.
     values: tuple[list[Any], dict[str, Any]] | None = field(default=None, compare=False, repr=False)
+    #: The enqueue's trace context (firesafe/hooks.py, ``Hook.job_context``), handed to its attempts.
+    trace_context: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -42,13 +42,13 @@ class ClaimParams:
     suspects: bool = False
 
 
-@dataclass(slots=True)  # read-only by convention: built once an attempt, and frozen would cost 6x
+@dataclass(slots=True)  # read-only by convention: built once an attempt, and a frozen one costs more
 class Claimed:
     job: Job
     token: str
 
 
-@dataclass(slots=True)  # read-only by convention: built once an attempt, and frozen would cost 6x
+@dataclass(slots=True)  # read-only by convention: built once an attempt, and a frozen one costs more
 class FinishParams:
     job_id: int
     token: str
@@ -143,171 +143,7 @@ class Pending:
     suspects: int = 0  # runnable jobs that lost a worker before (run alone)
 
 
-class Store(abc.ABC):
-    """One store of jobs. Implementations: :class:`SQLiteStore`, :class:`PostgresStore`."""
-
-    url: str
-    dialect: str
-    #: Whether transactions from several connections run at once (PostgreSQL) or one after another
-    #: (SQLite: one writer). A worker keeps several of its transactions in flight only where they do.
-    concurrent_writers: bool = False
-
-    @abc.abstractmethod
-    def now(self) -> float:
-        """The store's clock, in seconds since the epoch."""
-
-    @abc.abstractmethod
-    def migrate(self, *, allow_other_tables: bool = False) -> list[int]:
-        """Create or upgrade the schema; returns the migration versions applied now.
-
-        Refuses (:class:`~firesafe.errors.SchemaTooNew`, nothing written) a schema that a newer
-        firesafe migrated. On SQLite it refuses (:class:`~firesafe.errors.OtherTables`) to create the
-        schema in a file that holds other tables unless ``allow_other_tables``; PostgreSQL keeps
-        firesafe's tables in a schema of their own and ignores the flag.
-        """
-
-    @abc.abstractmethod
-    def schema_version(self) -> int:
-        """The newest migration applied (0 for an empty store)."""
-
-    @abc.abstractmethod
-    def job_insert_many(self, items: Sequence[InsertParams], conn: Any = None) -> list[Job]:
-        """Insert jobs, at most one per key; an existing key returns the stored job (``created`` False).
-
-        All or nothing: a key already stored (or repeated in ``items``) with another fingerprint
-        raises :class:`~firesafe.errors.IdempotencyConflict` and inserts nothing. With ``conn``
-        (PostgreSQL) the rows are written in the caller's open transaction.
-        """
-
-    @abc.abstractmethod
-    def job_get(self, key: str, *, full: bool = False) -> Job | None:
-        """One job by key; ``full`` also loads its trace and events."""
-
-    @abc.abstractmethod
-    def job_claim(self, params: ClaimParams) -> list[Claimed]:
-        """Move up to ``limit`` runnable jobs to ``running`` under a new lease, opening their attempts."""
-
-    @abc.abstractmethod
-    def job_finish_many(self, items: Sequence[FinishParams]) -> list[bool]:
-        """End attempts; an item applies only if its job is still running under its token. Data the
-        store cannot hold (a NUL in PostgreSQL text, text that is not UTF-8) raises
-        :class:`~firesafe.errors.StoreDataError` and keeps nothing, as any other failure does."""
-
-    @abc.abstractmethod
-    def job_finish_and_claim(self, finishes: Sequence[FinishParams],
-                             claim: ClaimParams) -> tuple[list[bool], list[Claimed]]:
-        """``job_finish_many(finishes)`` then ``job_claim(claim)`` in one transaction: a busy worker
-        saves a batch's outcomes and takes its next batch with one commit instead of two. Finishes
-        are fenced as in job_finish_many; the claim sees what they wrote. All or nothing."""
-
-    @abc.abstractmethod
-    def job_heartbeat_many(self, items: Sequence[tuple[int, str]], lease: float) -> dict[int, bool]:
-        """Extend leases still held; returns ``{job_id: cancel_requested}`` for those held."""
-
-    @abc.abstractmethod
-    def job_list_expired(self, limit: int) -> list[Expired]:
-        """Running jobs whose lease has expired."""
-
-    @abc.abstractmethod
-    def job_rescue_many(self, items: Sequence[RescueParams]) -> list[bool]:
-        """Record expired attempts as ``lost`` and move their jobs on; fenced on token and expiry."""
-
-    @abc.abstractmethod
-    def worker_process_gone(self, prefix: str, detail: dict[str, Any] | None = None) -> int:
-        """A worker process has exited (its supervisor reaped it): end now the leases of the attempts
-        it held, so the next rescue takes them back instead of waiting for the leases to run out, give
-        up the leader leases its workers held (the isolation of suspects above all: its attempts are
-        suspects now) and forget its workers. ``prefix`` is how its worker ids begin
-        (``worker_id_prefix`` in firesafe/worker/worker.py). Each job whose lease ended gets an event,
-        ``lease_ended`` by ``supervisor``, with ``detail`` (how the process ended). Returns how many
-        leases ended. Only for a process known to be gone, with nothing it started still running
-        (see firesafe/worker/supervisor.py)."""
-
-    @abc.abstractmethod
-    def job_list(self, filt: JobFilter) -> list[Job]:
-        """Jobs matching a filter, newest first."""
-
-    @abc.abstractmethod
-    def job_count(self, filt: JobFilter) -> int:
-        """How many jobs match a filter (limit and offset ignored)."""
-
-    @abc.abstractmethod
-    def dead_list(self, filt: DeadFilter) -> DeadPage:
-        """A page of the dead jobs matching a filter, the last to die first (ties: the newest id
-        first), with the exact cursor of the next page (``after``) when the page is full."""
-
-    @abc.abstractmethod
-    def dead_count(self, filt: DeadFilter) -> int:
-        """How many dead jobs match a filter (cursor, limit and offset ignored)."""
-
-    @abc.abstractmethod
-    def job_replay_many(self, ids: Sequence[int], actor: str, reason: str | None = None) -> list[int]:
-        """Requeue dead or cancelled jobs with a fresh budget; returns the ids that moved. Each gets a
-        ``replayed`` event by ``actor``, with ``reason`` in its detail."""
-
-    @abc.abstractmethod
-    def job_discard_many(self, ids: Sequence[int], actor: str, reason: str | None = None) -> list[int]:
-        """Move dead jobs to ``cancelled`` (reason ``discarded``); returns the ids that moved. Each gets
-        a ``discarded`` event by ``actor``, with ``reason`` in its detail."""
-
-    @abc.abstractmethod
-    def job_cancel(self, job_id: int, actor: str, reason: str | None = None) -> str:
-        """Cancel a waiting job (``"cancelled"``) or ask a running one to stop (``"requested"``);
-        ``"finished"`` if it had already ended."""
-
-    @abc.abstractmethod
-    def job_delete_finished(self, state: State, older_than: float, limit: int = 1000) -> int:
-        """Delete jobs in a finished state that finished more than ``older_than`` seconds ago."""
-
-    @abc.abstractmethod
-    def job_stats(self) -> list[tuple[str, str, int]]:
-        """``(queue, state, count)`` rows."""
-
-    @abc.abstractmethod
-    def job_pending(self, queues: Sequence[str]) -> Pending:
-        """What remains in the given queues."""
-
-    @abc.abstractmethod
-    def worker_beat(self, worker_id: str, host: str, pid: int, queues: Sequence[str]) -> None:
-        """Record that a worker is alive."""
-
-    @abc.abstractmethod
-    def worker_remove(self, worker_id: str) -> None:
-        """Forget a worker that stopped cleanly."""
-
-    @abc.abstractmethod
-    def worker_list(self) -> list[dict[str, Any]]:
-        """Workers seen, with their last heartbeat."""
-
-    @abc.abstractmethod
-    def leader_acquire(self, name: str, holder: str, ttl: float) -> bool:
-        """Take or renew the named leader lease; True if ``holder`` holds it now."""
-
-    @abc.abstractmethod
-    def leader_release(self, name: str, holder: str) -> None:
-        """Give up the named leader lease if held."""
-
-    @abc.abstractmethod
-    def step_list(self, job_id: int) -> list[StepRecord]:
-        """The recorded steps of a job, in order."""
-
-    @abc.abstractmethod
-    def step_record(self, job_id: int, token: str, name: str, position: int, result: str) -> bool:
-        """Record a completed step; False (nothing written) if the attempt no longer holds the lease
-        or the step was recorded already."""
-
-    @abc.abstractmethod
-    def job_rerun(self, job_id: int, actor: str, from_position: int | None, reason: str | None = None) -> bool:
-        """Requeue a dead, cancelled or succeeded job, forgetting its steps from ``from_position``
-        on (None: keep every step, so it resumes); records a ``rerun`` event. False if it is not
-        in one of those states."""
-
-    @abc.abstractmethod
-    def close(self) -> None:
-        """Release connections."""
-
-
-#: A cursor past every dead job: the first page of :meth:`Store.dead_list`.
+#: A cursor past every dead job: the first page of ``Store.dead_list``.
 _FIRST_PAGE = (float("inf"), 2**62)
 
 
@@ -387,8 +223,7 @@ def check_existing(items: Sequence[InsertParams], stored: dict[str, Job]) -> Non
 class MovesByQuery:
     """``job_replay_many``, ``job_discard_many`` and ``job_cancel`` for a store whose ``_move_many``
     runs a named move (guarded by the state it expects) over job ids, records one event per job it
-    moved, and returns those ids. Mixed in before :class:`Store`; the moves are the same queries
-    (by name) in every dialect."""
+    moved, and returns those ids. The moves are the same queries (by name) in every dialect."""
 
     def _move_many(self, query: str, kind: str, ids: Sequence[int], actor: str, detail: str | None) -> list[int]:
         raise NotImplementedError

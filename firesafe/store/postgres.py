@@ -32,7 +32,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import psycopg
@@ -67,7 +67,6 @@ from firesafe.store.base import (
     MovesByQuery,
     Pending,
     RescueParams,
-    Store,
     check_existing,
     check_worker_prefix,
     dead_page,
@@ -228,10 +227,11 @@ def _text_array(values: Sequence[str | None]) -> str:
     if nulls:
         return "{" + ",".join("NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
                               for v in values) + "}"
-    joined = '","'.join(values)  # type: ignore[arg-type]
+    strings = cast("Sequence[str]", values)  # no None among them: counted above
+    joined = '","'.join(strings)
     if "\\" not in joined and joined.count('"') == 2 * (len(values) - 1):  # nothing to escape
         return '{"' + joined + '"}'
-    escaped = [v.replace("\\", "\\\\").replace('"', '\\"') for v in values]  # type: ignore[union-attr]
+    escaped = [v.replace("\\", "\\\\").replace('"', '\\"') for v in strings]
     return '{"' + '","'.join(escaped) + '"}'
 
 
@@ -310,9 +310,14 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostgres, AlertsPostgres,
-                    DashboardQueries, AuditPostgres, MovesByQuery, Store):
+                    DashboardQueries, AuditPostgres, MovesByQuery):
+    """The :class:`~firesafe.store.contract.Store` (and :class:`~firesafe.store.contract.ListenStore`)
+    in a PostgreSQL schema."""
+
     dialect = "postgres"
     concurrent_writers = True
+    supports_listen = True  # LISTEN/NOTIFY: see listen
+    path: str | None = None  # no file: the server keeps the data
 
     def __init__(self, url: str, clock: Clock | None = None, *, pool_min: int = 1, pool_max: int = 8,
                  timeout: float = 5.0, application_name: str = "firesafe") -> None:
@@ -499,7 +504,7 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
     # -- schema ------------------------------------------------------------------------------
     def _applied(self) -> set[int] | None:
         with self._conn() as c:
-            if not c.execute(self.q["migrations_present"]).fetchone()["present"]:
+            if not c.execute(self.q["migrations_present"]).fetchall()[0]["present"]:
                 return None
             return {r["version"] for r in c.execute(self.q["migrations_applied"])}
 
@@ -517,7 +522,7 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
         applied_now: list[int] = []
         with self._conn() as c, c.transaction():
             c.execute(self.q["migrate_lock"], {"lock": f"firesafe.migrate:{self.schema}"})
-            if not c.execute(self.q["schema_present"], {"schema": self.schema}).fetchone()["present"]:
+            if not c.execute(self.q["schema_present"], {"schema": self.schema}).fetchall()[0]["present"]:
                 c.execute(self.q["schema_create"])
             c.execute(self.q["migrations_create"])
             done = {r["version"] for r in c.execute(self.q["migrations_applied"])}
@@ -572,6 +577,8 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
             "max_attempts": _number_array([i.max_attempts for i in part]),
             "run_at": _number_array([i.run_at for i in part]),
             "delay": _number_array([float(i.delay) for i in part]),
+            "trace_context": _text_array([i.trace_context for i in part])
+            if any(i.trace_context is not None for i in part) else None,
             "now": now, "channel": self.channel,
         }
 

@@ -43,7 +43,6 @@ from firesafe.store.base import (
     MovesByQuery,
     Pending,
     RescueParams,
-    Store,
     check_existing,
     check_worker_prefix,
     dead_page,
@@ -100,8 +99,13 @@ def _refused(exc: Exception, path: str) -> StoreDataError:
 
 
 class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, AlertsSQLite, DashboardQueries,
-                  AuditSQLite, MovesByQuery, Store):
+                  AuditSQLite, MovesByQuery):
+    """The :class:`~firesafe.store.contract.Store` in one SQLite file."""
+
     dialect = "sqlite"
+    concurrent_writers = False  # one writer at a time
+    supports_listen = False
+    schema: str | None = None  # SQLite has no schemas: firesafe's tables are the file's firesafe_* tables
 
     def __init__(self, path: str, clock: Clock | None = None, *, busy_timeout: float = 30.0,
                  synchronous: str = "FULL") -> None:
@@ -109,6 +113,7 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
             raise StoreError("an in-memory SQLite store cannot be shared by workers; give a file path")
         self.path = os.path.abspath(path)
         self.url = f"sqlite:///{path}"
+        self.where = self.url  # for messages: a SQLite URL holds no password
         self.clock = clock or SystemClock()
         self.busy_timeout = busy_timeout
         self.synchronous = synchronous
@@ -256,7 +261,7 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
         with self._lock:
             batch = self._batch
             leader = batch is None
-            if leader:
+            if batch is None:
                 batch = self._batch = _Batch()
             index = len(batch.items)
             batch.items.append((name, params))
@@ -292,6 +297,10 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
         return conn
 
     def now(self) -> float:
+        return self.clock.now()
+
+    def _now(self) -> float:
+        """The ``now`` parameter of a query: SQLite has no clock of its own to read, so always ours."""
         return self.clock.now()
 
     def close(self) -> None:
@@ -351,7 +360,7 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
             c.executemany(Q["job_insert"], [
                 {"key": i.key, "name": i.name, "queue": i.queue, "fingerprint": i.fingerprint,
                  "payload": i.payload, "arg_names": i.arg_names, "max_attempts": i.max_attempts,
-                 "run_at": i.run_at, "delay": i.delay, "now": now}
+                 "run_at": i.run_at, "delay": i.delay, "now": now, "trace_context": i.trace_context}
                 for i in unique
             ])
             stored: dict[str, Job] = {}
@@ -540,9 +549,9 @@ def _dicts(conn: sqlite3.Connection, sql: str, params: dict[str, Any]) -> list[d
 
 
 #: How often (seconds, at most) reads and writes check that the path still names the store's file. A
-#: check in every write transaction measured +8 to +13 µs of CPU each (a stat() and what it costs the
-#: SQLite work after it): 9% of a 1-row commit with synchronous=FULL, 24% with OFF. Once a second costs
-#: nothing measurable and leaves at most a second of writes going where the deleted file's data went.
+#: check in every write transaction (a stat(), and what it costs the SQLite work after it) is a visible
+#: share of a small commit, the more so the less durable the commit. Once a second costs nothing
+#: measurable and leaves at most a second of writes going where the deleted file's data went.
 CHECK_EVERY = 1.0
 
 #: SQLite's primary result code for "attempt to write a readonly database" (the low byte of every

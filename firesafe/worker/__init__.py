@@ -1,5 +1,5 @@
 """Workers: claim jobs, run attempts, save their outcomes, rescue what dead workers left."""
 
-from firesafe.worker.worker import Worker
+from firesafe.worker.worker import Turn, Worker
 
-__all__ = ["Worker"]
+__all__ = ["Turn", "Worker"]

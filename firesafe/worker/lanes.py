@@ -14,6 +14,9 @@ background duties (alert delivery, schedules), rescues expired leases, prunes, a
 quarantine. A suspect (a job that lost its worker before, see docs/reliability.md) runs alone in
 the *process*, not only in its loop, so :class:`LaneGroup` keeps the other loops from claiming
 while the leader waits for them to finish, and while the suspect runs.
+
+A store pipeline (firesafe/worker/pipeline.py) keeps transactions in flight within one loop instead;
+a lane's loop has none. Why both stay is said there.
 """
 
 from __future__ import annotations

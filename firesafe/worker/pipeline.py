@@ -15,6 +15,17 @@ and a claim of the slots that those outcomes and the free threads leave. An outc
 its lease until its transaction commits (nothing is acknowledged before); a claim in flight holds
 the slots it may fill. A request that fails comes back with its error: its claim took nothing, and
 the loop keeps its outcomes to save again, as when a transaction of its own fails.
+
+Only the worker's :class:`~firesafe.worker.completer.Completer` submits requests: the pipeline is
+how the completer's transactions stay in flight, not another route for outcomes.
+
+Lanes (firesafe/worker/lanes.py) fill the same gap another way: several loops in one process, each
+with a connection of its own, one loop's transaction running while another's Python does. A lane's
+loop keeps no pipeline (both would compete for the same gap). Both stay because they are not
+interchangeable for users: the pipeline is the default, with nothing to set, for the one loop every
+worker has; lanes are a public option (``--lanes``, ``lanes=`` in ``app.work``) that deployments may
+have set, and on the drains of bench/ the two measure about even. Removing one is for a change that
+shows, with benchmarks, that it costs nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +40,17 @@ from firesafe.store.base import Claimed, ClaimParams, FinishParams
 
 #: Transactions in flight for a loop that prefetches, on a store with concurrent writers.
 DEFAULT_DEPTH = 2
+
+
+def transact(store: Any, finishes: list[FinishParams], claim: ClaimParams | None) -> tuple[list[bool], list[Claimed]]:
+    """One store transaction of a worker: ``finishes`` saved under their lease tokens (whether each
+    applied) and, with ``claim``, the next jobs claimed in the same commit. The only place a worker
+    writes outcomes; :class:`~firesafe.worker.completer.Completer` decides when, on the loop's
+    thread or on a committer's."""
+    if claim is None:
+        return store.job_finish_many(finishes), []
+    applied, claimed = store.job_finish_and_claim(finishes, claim)
+    return applied, claimed
 
 
 @dataclass(slots=True, eq=False)  # compared by identity: two requests in flight may hold equal values
@@ -109,10 +131,7 @@ class StorePipeline:
             if req is None:
                 return
             try:
-                if req.claim is not None:
-                    req.applied, req.claimed = self.store.job_finish_and_claim(req.finishes, req.claim)
-                else:
-                    req.applied = self.store.job_finish_many(req.finishes)
+                req.applied, req.claimed = transact(self.store, req.finishes, req.claim)
             except BaseException as exc:  # raised by the loop: a StoreError backs off, anything else is a bug
                 req.error = exc
             with self._settled:

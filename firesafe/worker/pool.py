@@ -11,7 +11,15 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
+
+
+class Threads(Protocol):
+    """What a worker needs of the threads its attempts run on."""
+
+    def submit(self, task: Callable[[], Any]) -> None: ...
+
+    def shutdown(self) -> None: ...
 
 
 class Pool:

@@ -1,11 +1,19 @@
-"""The worker loop: claim in batches, run attempts on a thread pool, commit outcomes in batches.
+"""The worker: claim in batches, run attempts on a thread pool, commit outcomes in batches.
 
-One thread (the loop) decides what the store is asked; attempts run on pool threads and hand their
-outcomes back through a queue. A batch's outcomes and the next claim go to the store in one
-transaction, run by the loop itself or, with a pipeline (firesafe/worker/pipeline.py, the default
-on PostgreSQL), by committer threads while the loop goes on. The loop also extends leases
-(heartbeats), enforces timeouts, rescues jobs whose worker died, and prunes finished jobs past
-their retention.
+A :class:`Worker` is made of parts:
+
+- **the loop** (:meth:`Worker.turn`): one pass decides what the store is asked: heartbeats,
+  rescues and pruning when due, outcomes to save, timeouts, the next claim. :meth:`Worker.run`
+  calls it until the worker stops, waiting for a wake-up between turns that claimed nothing; the
+  deterministic simulation (firesafe/drill/sim.py) calls the same method, one turn at a time;
+- **the pool** (firesafe/worker/pool.py): the threads attempts run on; each hands its outcome back
+  through a queue, and the executor (firesafe/worker/executor.py) decides what the outcome is;
+- **the completer** (firesafe/worker/completer.py): the only path by which outcomes reach the
+  store: a batch's outcomes and the next claim in one transaction, run by the loop itself or,
+  with a pipeline (firesafe/worker/pipeline.py, the default on PostgreSQL), by committer threads
+  while the loop goes on;
+- **the limiters' gate** (firesafe/limits/gate.py, only for an app that declares limiters) and
+  **lanes** (firesafe/worker/lanes.py: several loops sharing one process).
 """
 
 from __future__ import annotations
@@ -21,19 +29,22 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from firesafe.context import Context, JobInfo
-from firesafe.errors import Cancelled, ConfigError, StoreDataError, StoreError
+from firesafe.errors import Cancelled, ConfigError, StoreError
+from firesafe.hooks import AttemptEnded, AttemptStarted, JobDead
 from firesafe.retries.backoff import Backoff
 from firesafe.retries.decide import DEFAULT_MAX_LOST, Budget, decide_lost
 from firesafe.states import State
 from firesafe.store.base import Claimed, ClaimParams, FinishParams, RescueParams
+from firesafe.store.contract import ListenStore
 from firesafe.worker import collector, executor
-from firesafe.worker.pipeline import DEFAULT_DEPTH, Request, StorePipeline
-from firesafe.worker.pool import Pool
+from firesafe.worker.completer import Completer, Meta, Unsaved
+from firesafe.worker.pipeline import DEFAULT_DEPTH, StorePipeline
+from firesafe.worker.pool import Pool, Threads
 
 if TYPE_CHECKING:
     from firesafe.app import App
@@ -58,12 +69,22 @@ def worker_id_prefix(host: str, pid: int, tag: str) -> str:
 class _Running:
     claimed: Claimed
     ctx: Context
-    claimed_at: float  # time.monotonic() of the claim
+    claimed_at: float  # Worker.monotonic() of the claim
     lease_until: float  # a job still waiting for a thread starts only before this (see Worker._start)
     started: float | None = None  # when a pool thread began it (None while it waits, prefetched)
     deadline: float | None = None
     done: bool = False  # concluded by the loop (timeout, release, lease lost): a late result is dropped
     saving: bool = False  # its outcome came back and is being saved (in the outbox, in flight, or unsaved)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """What one turn of a worker's loop did (:meth:`Worker.turn`), and what the loop does next."""
+
+    claimed: Sequence[Claimed] = ()  # the jobs this turn claimed (with a pipeline, a later turn's reply brings them)
+    stopping: bool = False  # the worker is stopping: it claims nothing more
+    done: bool = False  # the loop ends here
+    wait: float | None = None  # wait this long for a wake-up before the next turn (None: go on at once)
 
 
 @dataclass
@@ -129,16 +150,21 @@ class Worker:
         self._suspects: set[tuple[int, int]] = set()  # keys of attempts of jobs lost before (some left _running)
         # When a job waiting for a thread may next have to be given back (see _withdraw), monotonic.
         self._withdraw_due = 0.0
-        self._pool: Pool | None = None
+        self._pool: Threads | None = None
         # Quarantine: one worker per queue set (a leader lease) runs suspects, alone.
         self._isolation_name = "isolator:" + ",".join(sorted(self.queues))
         self._isolating = False
         self._suspects_due = False
         self._idle_probe_at = 0.0  # when an isolating worker with nothing running may look for suspects again
-        self._unsaved: list[tuple[list[FinishParams], list[tuple[_Running, Any]] | None, bool]] = []
-        # Outcomes collected by _flush, saved by the next claim in the same transaction (one commit
-        # a batch, not two), or by _save_outbox when the loop claims nothing.
-        self._outbox: tuple[list[FinishParams], list[tuple[_Running, Any]]] | None = None
+        # The clock of every duration, deadline and timer of this worker (the simulation's is fake).
+        self.monotonic: Callable[[], float] = time.monotonic
+        # When the loop's turns last heartbeat, rescued and pruned, and when a stopping loop gives up.
+        self._last_beat = self._last_rescue = self._last_prune = -math.inf
+        self._stop_at: float | None = None
+        # The only path of outcomes to the store: the outcomes _flush collects wait in its outbox for
+        # the next claim, saved in the same transaction (one commit a batch, not two), or on their own
+        # (_save_outbox) when the loop claims nothing.
+        self.completer = Completer(self.store, self._book)
         self._linger_until: float | None = None  # outcomes wait until then for the rest of their batch
         # Limiters (firesafe/limits): None unless the app declares some; checks their config now.
         self._limits: Any = None
@@ -164,14 +190,11 @@ class Worker:
         # transaction does) and is its process's only one; otherwise one, the loop waiting for each.
         # A suspect is always claimed with nothing in flight, and limiters keep the loop to one.
         if pipeline is None:
-            pipeline = DEFAULT_DEPTH if getattr(self.store, "concurrent_writers", False) and self.prefetch else 1
+            pipeline = DEFAULT_DEPTH if self.store.concurrent_writers and self.prefetch else 1
         elif isinstance(pipeline, bool) or not isinstance(pipeline, int) or pipeline < 1:
             raise ConfigError(f"pipeline must be a whole number >= 1, not {pipeline!r}")
+        # Lanes (firesafe/worker/lanes.py) do the same job another way, so a lane's loop keeps one.
         self.pipeline = 1 if group is not None or self._limits is not None else pipeline
-        self._pipe: StorePipeline | None = None
-        # A claim in the pipeline came back empty: no claim without outcomes goes out until the loop
-        # has waited (a poll interval, or a wake-up), as a loop waits after an empty claim of its own.
-        self._dry = False
 
     # -- control -----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -186,6 +209,23 @@ class Worker:
     def install_signal_handlers(self) -> None:
         install_signal_handlers(self.stop, self.grace)
 
+    def wait_stopped(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for :meth:`stop`; True once it was called."""
+        return self._stopping.wait(timeout)
+
+    # -- the parts' state, as the loop's helpers and the limiters' gate read it ----------------------
+    @property
+    def _pipe(self) -> StorePipeline | None:
+        return self.completer.pipe
+
+    @_pipe.setter
+    def _pipe(self, pipe: StorePipeline | None) -> None:
+        self.completer.pipe = pipe
+
+    @property
+    def _unsaved(self) -> list[Unsaved]:
+        return self.completer.unsaved
+
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> WorkerStats:
         with collector.tuned():  # see firesafe/worker/collector.py
@@ -194,20 +234,20 @@ class Worker:
     def _run(self) -> WorkerStats:
         self._pool = Pool(self.concurrency)
         if self.pipeline > 1:
-            self._pipe = StorePipeline(self.store, self.pipeline, self._wake.set)
+            self.completer.open_pipeline(self.pipeline, self._wake.set)
         # A store that can push wake-ups (PostgreSQL LISTEN/NOTIFY) ends the idle wait as soon as a job
         # arrives; polling every poll_interval stays the fallback.
         # With several claim loops the leader's listener wakes them all (one LISTEN connection).
         wake = self._wake.set if self._group is None else self._group.wake_all
-        listener = self.store.listen(self.queues, wake) if (
-            not self.burst and self._leads and hasattr(self.store, "listen")) else None
+        listener = cast(ListenStore, self.store).listen(self.queues, wake) if (
+            not self.burst and self._leads and self.store.supports_listen) else None
+        hooks = self.app.hooks  # firesafe/hooks.py: each call logs and swallows a hook's exception
+        hooks.call(hooks.worker_started, self)
         # Background duties (alert dispatch, ...) run in threads of their own: a slow one never
         # slows this loop.
         duties = self.app._start_duties(self) if self._leads else []
         store_backoff = Backoff(base=0.5, factor=2.0, cap=15.0, jitter="equal")
         faults = 0
-        last_beat = last_rescue = last_prune = 0.0
-        stop_at: float | None = None
         log.info("worker %s started: queues=%s concurrency=%d prefetch=%s pipeline=%d%s", self.id,
                  ",".join(self.queues), self.concurrency, f"paced(max={self.prefetch})"
                  if self._prefetch_sized and self.prefetch else self.prefetch, self.pipeline,
@@ -215,51 +255,13 @@ class Worker:
         try:
             while True:
                 try:
-                    self._collect()
-                    now = time.monotonic()
-                    if now - last_beat >= self.heartbeat_interval:
-                        self._heartbeat()
-                        last_beat = now
-                    if now - last_rescue >= self.rescue_interval and self._leads:
-                        self._rescue()
-                        self._check_isolation()
-                        last_rescue = now
-                    if now - last_prune >= self.app.prune_interval and self._leads:
-                        self.app.prune()
-                        last_prune = now
-                    lingering = self._linger()
-                    if not lingering:
-                        self._flush()
-                    self._timeouts()
-                    if self._stopping.is_set():
-                        self._save_outbox()
-                        if stop_at is None:
-                            stop_at = time.monotonic() + self.grace
-                        if not self._busy() or time.monotonic() >= stop_at:
-                            self._release_all()  # not the outcomes in flight: _shutdown waits for those
-                            break
-                        self._wake.wait(0.05)
-                        self._wake.clear()
-                        continue
-                    # While outcomes linger for the rest of their batch, the free slots wait too: the
-                    # claim goes with those outcomes, in their transaction, instead of in one of its own.
-                    claimed = [] if lingering else self._claim()
-                    self._save_outbox()
-                    if faults:
-                        log.info("store is reachable again; resuming")
-                        faults = 0
-                    if not claimed and not self._busy() and self.burst and self._idle():
-                        break
-                    if not claimed:
-                        self._wake.wait(self._sleep_time())
-                        self._wake.clear()
-                        self._dry = False
+                    turn = self.turn()
                 except StoreError as exc:
                     faults += 1
                     pause = store_backoff.delay(faults, self.random.random())
                     if self._stopping.is_set():  # a fault while stopping: wait it out until the grace ends
-                        stop_at = stop_at or time.monotonic() + self.grace
-                        left = stop_at - time.monotonic()
+                        self._stop_at = self._stop_at or self.monotonic() + self.grace
+                        left = self._stop_at - self.monotonic()
                         if left <= 0:
                             log.error("store fault (%s) outlasted the grace period; stopping without saving "
                                       "(leases will expire and the jobs be rescued)", exc)
@@ -269,14 +271,66 @@ class Worker:
                         continue
                     log.error("store fault (%s); retrying in %.1fs", exc, pause)
                     if self._stopping.wait(pause):
-                        stop_at = stop_at or time.monotonic() + self.grace
+                        self._stop_at = self._stop_at or self.monotonic() + self.grace
+                    continue
+                if faults and not turn.stopping:
+                    log.info("store is reachable again; resuming")
+                    faults = 0
+                if turn.done:
+                    break
+                if turn.wait is not None:
+                    self._wake.wait(turn.wait)
+                    self._wake.clear()
+                    self.completer.dry = False
         finally:
             if listener is not None:
                 listener.close()
             self._shutdown()
-            for stop in duties:
-                stop()
+            hooks.call(tuple(duties))  # each duty's stop function; one that raises is logged
+            hooks.call(hooks.worker_stopped, self)
         return self.stats
+
+    def turn(self) -> Turn:
+        """One pass of the loop: take in the transactions that ended; heartbeat, rescue (and look for
+        suspects) and prune when due; save the outcomes that came back (or let them linger for the
+        rest of their batch); conclude attempts past their timeout; claim what the free slots allow,
+        with the outcomes in the same transaction; and say how long to wait for a wake-up. Stopping,
+        it claims nothing and releases what the grace period did not see end. A store fault is
+        raised (the caller backs off and turns again: nothing is lost, outcomes it could not save
+        are kept to save again)."""
+        self._collect()
+        now = self.monotonic()
+        if now - self._last_beat >= self.heartbeat_interval:
+            self._heartbeat()
+            self._last_beat = now
+        if now - self._last_rescue >= self.rescue_interval and self._leads:
+            self._rescue()
+            self._check_isolation()
+            self._last_rescue = now
+        if now - self._last_prune >= self.app.prune_interval and self._leads:
+            self.app.prune()
+            self._last_prune = now
+        lingering = self._linger()
+        if not lingering:
+            self._flush()
+        self._timeouts()
+        if self._stopping.is_set():
+            self._save_outbox()
+            if self._stop_at is None:
+                self._stop_at = self.monotonic() + self.grace
+            if not self._busy() or self.monotonic() >= self._stop_at:
+                self._release_all()  # not the outcomes in flight: _shutdown waits for those
+                return Turn(stopping=True, done=True)
+            return Turn(stopping=True, wait=0.05)
+        # While outcomes linger for the rest of their batch, the free slots wait too: the claim goes
+        # with those outcomes, in their transaction, instead of in one of its own.
+        claimed = [] if lingering else self._claim()
+        self._save_outbox()
+        if claimed:
+            return Turn(claimed)
+        if not self._busy() and self.burst and self._idle():
+            return Turn(done=True)
+        return Turn(wait=self._sleep_time())
 
     def _live(self) -> bool:
         """Whether an attempt is still to conclude here. One concluded as timed out whose thread has
@@ -287,55 +341,30 @@ class Worker:
     def _busy(self) -> bool:
         """Whether anything is left to do here: an attempt to conclude, or outcomes and claims still to
         be saved or answered (in the outbox, or in the pipeline)."""
-        return self._live() or self._outbox is not None or bool(self._pipe and self._pipe.in_flight)
-
-    def _in_flight(self) -> set[tuple[int, int]]:
-        """The attempts whose outcomes are in the pipeline, by ``(job id, run)``."""
-        if self._pipe is None:
-            return set()
-        return {(r.claimed.job.id, r.claimed.job.runs) for req in self._pipe.in_flight for r, _ in req.meta}
+        return self._live() or self.completer.busy
 
     def _held(self) -> list[_Running]:
         """The attempts whose leases this loop keeps or gives back: not concluded, and their outcome
         not in the pipeline (the commit in flight ends those leases, or they run out)."""
-        flying = self._in_flight()
+        flying = self.completer.in_flight()
         return [r for k, r in self._running.items() if not r.done and k not in flying]
 
     def _collect(self) -> None:
-        """Take in the pipeline's requests that finished: book their outcomes, start the jobs they
-        claimed. One that failed keeps its outcomes to save again (see :meth:`_flush`), its claim
-        took nothing, and its error is raised once the others are in; unless the store refused some
-        outcome's data (not a fault of the store: :meth:`_save` saves them apart, at once)."""
-        if self._pipe is None:
-            return
-        error: BaseException | None = None
-        for req in self._pipe.completed():
-            if req.error is not None:
-                if req.finishes:
-                    self._unsaved.append((req.finishes, req.meta, False))
-                if not isinstance(req.error, StoreDataError):
-                    error = error or req.error
-                continue
-            if req.finishes:
-                self._book(req.finishes, req.meta, req.applied)
-            if req.claim is not None and not req.claimed:
-                self._dry = True
-            self.stats.claimed += len(req.claimed)
-            for c in req.claimed:
-                self._start(c)
-        if error is not None:
-            raise error
+        """Take in the pipeline's transactions that ended (see :meth:`Completer.collect`): their
+        outcomes booked, the jobs they claimed started."""
+        self.completer.collect(self._took)
+
+    def _took(self, claimed: list[Claimed]) -> None:
+        self.stats.claimed += len(claimed)
+        for c in claimed:
+            self._start(c)
 
     #: How long a stopping worker waits for the transactions in its pipeline (seconds).
     SETTLE = 10.0
 
     def _settle(self) -> None:
         """Wait for the pipeline's transactions in flight (up to ``SETTLE`` seconds) and take them in."""
-        if self._pipe is not None and self._pipe.in_flight:
-            if not self._pipe.wait_settled(self.SETTLE):
-                log.error("%d store transaction(s) still unanswered after %.0fs; their leases will expire and "
-                          "their jobs be rescued", len(self._pipe.in_flight), self.SETTLE)
-            self._collect()
+        self.completer.settle(self.SETTLE, self._took)
 
     #: How long outcomes that came back may wait for the rest of their batch (see :meth:`_linger`).
     LINGER = 0.002
@@ -347,11 +376,11 @@ class Worker:
         instead of 8 and 8), which halves its throughput. Nothing is acknowledged before its commit: an
         outcome only waits a little longer in memory, its lease held and heartbeated as before."""
         back = self._done.qsize()
-        if not back or self._unsaved or self._stopping.is_set() or back >= sum(
+        if not back or self.completer.unsaved or self._stopping.is_set() or back >= sum(
                 1 for r in self._running.values() if not r.done and not r.saving):
             self._linger_until = None
             return False
-        now = time.monotonic()
+        now = self.monotonic()
         if self._linger_until is None:
             self._linger_until = now + self.LINGER
         if now < self._linger_until:
@@ -362,12 +391,12 @@ class Worker:
     def _sleep_time(self) -> float:
         wait = self.poll_interval
         if self._linger_until is not None:
-            wait = min(wait, max(0.0, self._linger_until - time.monotonic()))
+            wait = min(wait, max(0.0, self._linger_until - self.monotonic()))
         # Attempts end by their deadline; jobs waiting for a thread are given back after PREFETCH_WAIT.
-        deadlines = [r.claimed_at + self.PREFETCH_WAIT if r.started is None else r.deadline
-                     for r in self._running.values() if not r.done and (r.started is None or r.deadline)]
+        deadlines = [due for r in self._running.values() if not r.done and (
+            due := r.claimed_at + self.PREFETCH_WAIT if r.started is None else r.deadline) is not None]
         if deadlines:
-            wait = min(wait, max(0.0, min(deadlines) - time.monotonic()))
+            wait = min(wait, max(0.0, min(deadlines) - self.monotonic()))
         if self._limits is not None:  # wake when jobs given back to a limiter come up
             wait = self._limits.sleep_time(wait)
         return wait
@@ -398,19 +427,17 @@ class Worker:
         cannot take the jobs beside it down with it: they never share its process."""
         # The attempts whose outcomes wait in the outbox free their slots with this claim, and so do
         # those whose outcomes are in flight (a claim in flight holds the slots it may fill instead).
-        leaving = self._in_flight()
-        if self._outbox:
-            leaving.update((r.claimed.job.id, r.claimed.job.runs) for r, _ in self._outbox[1])
+        leaving = self.completer.leaving()
         staying = [r for k, r in self._running.items() if k not in leaving]
         if self._suspects:  # the attempts of suspects still here (nearly always none)
             self._suspects = {k for k in self._suspects if k in self._running}
             if any(k not in leaving for k in self._suspects):
                 return []
-        flying = bool(self._pipe and self._pipe.in_flight)
+        flying = self.completer.flying
         group = self._group
         if group is not None and not self._leads:  # another loop of this process: see LaneGroup
             return group.claim_beside(lambda: self._take_free(staying))
-        idle_probe = (not staying and not flying and time.monotonic() >= self._idle_probe_at
+        idle_probe = (not staying and not flying and self.monotonic() >= self._idle_probe_at
                       and (group is None or not group.others_busy(self)))
         if self._isolating and (self._suspects_due or idle_probe):
             if (group is not None and not group.clear_for_suspect(self)) or staying or flying:
@@ -422,7 +449,7 @@ class Worker:
             self._suspects_due = False
             # Looking for suspects that are not there scans the waiting jobs (no index has `lost`):
             # a worker draining a backlog is idle between every two batches, so look once per poll.
-            self._idle_probe_at = time.monotonic() + self.poll_interval
+            self._idle_probe_at = self.monotonic() + self.poll_interval
         if group is not None:
             group.suspect_done()
         return self._take_free(staying)
@@ -437,9 +464,10 @@ class Worker:
         is never less than the threads, so a worker that prefetches nothing claims as without one."""
         want = self.concurrency + self._prefetching()
         free = min(want - len(staying), self.batch)
-        if self._pipe is not None:
-            share = max(self.concurrency, -(-want // self._pipe.depth))
-            free = min(free - self._pipe.reserved(), share)
+        pipe = self.completer.pipe
+        if pipe is not None:
+            share = max(self.concurrency, -(-want // pipe.depth))
+            free = min(free - pipe.reserved(), share)
         if free <= 0:
             return []
         return self._take(free, suspects=False)
@@ -485,28 +513,11 @@ class Worker:
             self._suspects_due = self.store.job_pending(self.queues).suspects > 0
 
     def _take(self, limit: int, suspects: bool) -> list[Claimed]:
-        params = ClaimParams(self.queues, limit, self.id, self.lease, suspects=suspects)
-        if self._pipe is not None and not suspects:  # the claimed jobs start when its reply comes (_collect)
-            if self._pipe.room and (self._outbox or not self._dry):
-                finishes, meta = self._outbox or ([], [])
-                self._outbox = None
-                self._pipe.submit(Request(finishes, meta, params))
-            return []
-        outbox, self._outbox = self._outbox, None
-        if outbox is None:
-            claimed = self.store.job_claim(params)
-        else:  # the outcomes of the last batch and the claim of the next: one transaction
-            finishes, meta = outbox
-            try:
-                applied, claimed = self.store.job_finish_and_claim(finishes, params)
-            except StoreDataError as exc:  # some outcome's data, not the store: saved apart, then the claim
-                self._save_apart(finishes, meta, False, exc)
-                claimed = self.store.job_claim(params)
-            except StoreError:
-                self._unsaved.append((finishes, meta, False))
-                raise
-            else:
-                self._book(finishes, meta, applied)
+        """Claim up to ``limit`` jobs (the outbox's outcomes go in the same transaction) and start
+        them; with a pipeline they start when the transaction's reply comes (see :meth:`_collect`)."""
+        claimed = self.completer.claim(ClaimParams(self.queues, limit, self.id, self.lease, suspects=suspects))
+        if not claimed:
+            return claimed
         self.stats.claimed += len(claimed)
         # Jobs under limiters that may not start now are given back in the store (no attempt used).
         for c in self._limits.admit(claimed) if self._limits is not None else claimed:
@@ -532,7 +543,7 @@ class Worker:
         # (time.sleep, a busy loop) and so cannot be cancelled.
         timeout = (jobdef.timeout + max(0.5, jobdef.timeout / 10) if jobdef.is_async else jobdef.timeout) \
             if jobdef.timeout else None
-        now = time.monotonic()
+        now = self.monotonic()
         running = _Running(claimed, ctx, now, now + self._startable_for)
         self._running[(job.id, job.runs)] = running
         self._withdraw_due = min(self._withdraw_due, now + self.PREFETCH_WAIT, running.lease_until)
@@ -541,7 +552,7 @@ class Worker:
 
         def task() -> None:
             with self._starting:
-                start = time.monotonic()
+                start = self.monotonic()
                 if running.done or self._stopping.is_set() or start >= running.lease_until:
                     self._wake.set()  # not to run here: the loop gives it back (see _withdraw)
                     return
@@ -551,6 +562,9 @@ class Worker:
                     Cancelled("cancel requested while the job waited for a thread; not started"))))
                 self._wake.set()
                 return
+            hooks = self.app.hooks
+            if hooks.attempt_started:  # its value is built only when some hook listens
+                hooks.call(hooks.attempt_started, AttemptStarted.of(job, self.id))
             if timeout:
                 running.deadline = start + timeout
                 self._wake.set()  # the loop's wait must end by this deadline
@@ -560,7 +574,7 @@ class Worker:
                 raise
             except BaseException as exc:  # execute() records what a job raises; this is firesafe's own bug
                 log.exception("attempt of %s could not be run", job.key)
-                res = executor.AttemptResult(exc, duration=time.monotonic() - start)
+                res = executor.AttemptResult(exc, duration=self.monotonic() - start)
             self._done.put((running, res))
             if not self._wake.is_set():  # already set: the loop has yet to look, and will see this one too
                 self._wake.set()
@@ -572,15 +586,16 @@ class Worker:
         """Save the outcome of a claimed job that cannot run here. A store fault keeps it to save
         again (see :meth:`_flush`) without stopping the start of the jobs claimed with it."""
         try:
-            self._save([fin])
+            self.completer.complete([fin])
         except StoreError as exc:
             log.error("could not save the outcome of a job that cannot run (%s); saving it again later", exc)
 
     def _flush(self) -> None:
-        while self._unsaved:  # outcomes a store fault kept from being saved: they still hold their leases
-            self._save(*self._unsaved.pop(0))
+        """Save again what store faults kept, then collect the outcomes that came back for the next
+        claim's transaction (the completer's outbox)."""
+        self.completer.retry()  # outcomes a store fault kept from being saved: they still hold their leases
         finishes: list[FinishParams] = []
-        meta: list[tuple[_Running, executor.AttemptResult | None]] = []
+        meta: Meta = []
         while True:
             try:
                 running, res = self._done.get_nowait()
@@ -598,31 +613,20 @@ class Worker:
                                               detail=running.ctx._detail()))
             meta.append((running, res))
             running.saving = True
+        settled: Meta | None = meta
         if finishes and self._limits is not None:  # Retry-After, breakers: may give attempts back
-            finishes, meta = self._limits.settle(finishes, meta)  # type: ignore[assignment]
+            finishes, settled = self._limits.settle(finishes, meta)
         if finishes:
-            if self._outbox is not None:  # a store fault before the last claim left some: save all together
-                finishes, meta = self._outbox[0] + finishes, self._outbox[1] + meta
-            self._outbox = (finishes, meta)  # type: ignore[assignment]
+            self.completer.complete(finishes, settled, hold=True)
 
     def _save_outbox(self, here: bool = False) -> None:
         """Save the outcomes :meth:`_flush` collected that no claim took along: through the pipeline
         if there is one (when it has room; else they wait for the next claim), else (or ``here``) in a
         transaction of the loop's own."""
-        if self._outbox is None:
-            return
-        if self._pipe is not None and not here:
-            if self._pipe.room:
-                finishes, meta = self._outbox
-                self._outbox = None
-                self._pipe.submit(Request(finishes, meta, None))
-            return
-        finishes, meta = self._outbox
-        self._outbox = None
-        self._save(finishes, meta)
+        self.completer.send(here)
 
     def _timeouts(self) -> None:
-        now = time.monotonic()
+        now = self.monotonic()
         if self._stopping.is_set() or (len(self._running) > self.concurrency  # some may wait for a thread
                                        and now >= self._withdraw_due):
             self._withdraw(now)
@@ -641,11 +645,11 @@ class Worker:
             r.ctx._request_cancel()
             finishes.append(executor.conclude(r.claimed, jobdef, res, self.random.random(), detail=r.ctx._detail()))
             r.done = True  # keeps its slot until the thread really returns
-        meta: list[tuple[_Running, Any]] | None = [(r, None) for r in expired]
+        meta: Meta | None = [(r, None) for r in expired]
         if self._limits is not None:  # a timeout counts toward the breaker
             finishes, meta = self._limits.settle(finishes, meta, keep_slots=True)
         if finishes:
-            self._save(finishes, meta, keep_slots=True)
+            self.completer.complete(finishes, meta, keep_slots=True)
 
     def _withdraw(self, now: float) -> None:
         """Give back the prefetched jobs no thread has started that should not wait here any longer:
@@ -673,76 +677,16 @@ class Worker:
                     due = min(due, r.claimed_at + self.PREFETCH_WAIT, r.lease_until)
         self._withdraw_due = due
         if out:
-            self._save([executor.released(r.claimed, why) for r, why in out], [(r, None) for r, _ in out])
+            self.completer.complete([executor.released(r.claimed, why) for r, why in out], [(r, None) for r, _ in out])
 
-    def _save(self, finishes: list[FinishParams], meta: list[tuple[_Running, Any]] | None = None,
+    def _save(self, finishes: list[FinishParams], meta: Meta | None = None, keep_slots: bool = False) -> None:
+        """Save outcomes now (see :meth:`Completer.complete`)."""
+        self.completer.complete(finishes, meta, keep_slots=keep_slots)
+
+    def _book(self, finishes: list[FinishParams], meta: Meta | None, applied: list[bool],
               keep_slots: bool = False) -> None:
-        try:
-            applied = self.store.job_finish_many(finishes)
-        except StoreDataError as exc:
-            self._save_apart(finishes, meta, keep_slots, exc)
-            return
-        except StoreError:
-            self._unsaved.append((finishes, meta, keep_slots))
-            raise
-        self._book(finishes, meta, applied, keep_slots)
-
-    def _save_apart(self, finishes: list[FinishParams], meta: list[tuple[_Running, Any]] | None,
-                    keep_slots: bool, refused: StoreDataError) -> None:
-        """Save outcomes whose batch the store refused for the data of one of them (``refused``), not
-        for a fault of its own: the batch in halves, and halves of those, down to the outcome it
-        refuses alone, which is saved with its text in plain ASCII or, refused again, as dead with a
-        message saying its outcome could not be recorded (see executor.escaped_ascii and
-        executor.unstorable). Every other outcome is saved as it was. No data is retried as it was,
-        so this ends; a store fault on the way keeps what is left to save again, and raises."""
-        log.warning("the store refused the data of an outcome among %d; saving them apart (%s)", len(finishes),
-                    refused)
-        n = len(finishes)
-        finishes = list(finishes)  # a refused outcome is replaced by what is saved in its place
-        metas: list[Any] = list(meta) if meta else [None] * n
-        applied: dict[int, bool] = {}  # by position: the outcomes saved, and whether each applied
-        parts: list[tuple[list[int], StoreDataError | None]] = [(list(range(n)), refused)]
-        try:
-            while parts:
-                part, error = parts.pop()
-                if error is None:
-                    try:
-                        applied.update(zip(part, self.store.job_finish_many([finishes[i] for i in part]),
-                                           strict=True))
-                        continue
-                    except StoreDataError as exc:
-                        error = exc
-                if len(part) > 1:
-                    half = len(part) // 2
-                    parts += [(part[half:], None), (part[:half], None)]  # the first half next
-                    continue
-                [i] = part
-                finishes[i], applied[i] = self._save_refused(finishes[i], error)
-        except StoreError:
-            left = [i for i in range(n) if i not in applied]
-            self._unsaved.append(([finishes[i] for i in left], [metas[i] for i in left] if meta else None,
-                                  keep_slots))
-            raise
-        finally:
-            done = sorted(applied)
-            if done:
-                self._book([finishes[i] for i in done], [metas[i] for i in done] if meta else None,
-                           [applied[i] for i in done], keep_slots)
-
-    def _save_refused(self, fin: FinishParams, refused: StoreDataError) -> tuple[FinishParams, bool]:
-        """Save one outcome the store refused for its data: as plain ASCII, else as unstorable."""
-        for attempt in (executor.escaped_ascii(fin), executor.unstorable(fin, refused)):
-            try:
-                return attempt, self.store.job_finish_many([attempt])[0]
-            except StoreDataError as exc:
-                log.error("the store refused the outcome of job id %s (%s)", fin.job_id, exc)
-                refused = exc
-        # Not even firesafe's own ASCII message: a store that refuses that is at fault.
-        raise StoreError(f"the store refused even a plain record of job id {fin.job_id}'s outcome: {refused}")
-
-    def _book(self, finishes: list[FinishParams], meta: list[tuple[_Running, Any]] | None, applied: list[bool],
-              keep_slots: bool = False) -> None:
-        """Account for saved outcomes: free slots, count, log, run the finish hooks."""
+        """Account for saved outcomes (the completer calls this once their transaction committed):
+        free slots, count, log, run the finish hooks."""
         info = log.isEnabledFor(logging.INFO)  # else skip building the log fields (once per attempt)
         debug = log.isEnabledFor(logging.DEBUG)
         for i, (fin, ok) in enumerate(zip(finishes, applied, strict=True)):
@@ -761,17 +705,34 @@ class Worker:
                 continue
             key = running.claimed.job.key if running else str(fin.job_id)
             name = running.claimed.job.name if running else "?"
-            duration = (time.monotonic() - running.started) if running and running.started else 0.0
+            duration = (self.monotonic() - running.started) if running and running.started else 0.0
             log.log(logging.DEBUG if wait else logging.INFO, "%s %s attempt=%s outcome=%s state=%s duration=%.3fs%s",
                     name, key, running.claimed.job.attempt if running else "?", fin.outcome, fin.state, duration,
                     f" error={fin.error_type}: {fin.message}" if fin.error_type and fin.outcome != "succeeded"
                     else "",
                     extra={"job_key": key, "job_name": name, "outcome": str(fin.outcome),
                            "state": str(fin.state), "duration": round(duration, 6)})
-        try:
-            self.app._after_finish(finishes, applied)
-        except Exception:  # a hook's bug must not stop the worker: its outcomes are saved already
-            log.exception("an after-finish hook failed")
+        hooks = self.app.hooks
+        if hooks.attempt_ended or hooks.job_dead:  # their values are built only when some hook listens
+            self._report(finishes, meta, applied)
+
+    def _report(self, finishes: list[FinishParams], meta: Meta | None, applied: list[bool]) -> None:
+        """Tell the hooks of the attempts whose outcomes were committed (those dropped by the fence
+        were not), and of the jobs that became dead letters. A hook's exception is logged, never
+        raised: the outcomes are saved already."""
+        hooks = self.app.hooks
+        for i, (fin, ok) in enumerate(zip(finishes, applied, strict=True)):
+            running = meta[i][0] if meta and ok else None
+            if running is None:  # fenced, or a job that could not run here (no attempt started)
+                continue
+            job = running.claimed.job
+            res = meta[i][1] if meta else None
+            duration = res.duration if res is not None else (
+                self.monotonic() - running.started if running.started is not None else 0.0)
+            if hooks.attempt_ended:
+                hooks.call(hooks.attempt_ended, AttemptEnded.of(job, fin, self.id, duration))
+            if fin.state == State.DEAD and hooks.job_dead:
+                hooks.call(hooks.job_dead, JobDead.of(job, fin, self.id))
 
     def _count(self, fin: FinishParams) -> None:
         s = self.stats
@@ -790,7 +751,7 @@ class Worker:
         live = self._held()
         if not live:
             return
-        beat = time.monotonic()
+        beat = self.monotonic()
         held = self.store.job_heartbeat_many([(r.claimed.job.id, r.claimed.token) for r in live], self.lease)
         for r in live:
             job_id = r.claimed.job.id
@@ -813,6 +774,7 @@ class Worker:
         for e in expired:
             jobdef = self.app.jobs.get(e.name)
             backoff = jobdef.backoff if jobdef else Backoff()
+            reason: str | None
             if e.cancel_requested:
                 state, delay, reason = State.CANCELLED, None, "cancelled"
             else:
@@ -826,7 +788,6 @@ class Worker:
         self.stats.rescued += n
         if n:
             log.warning("rescued %d job(s) whose worker stopped heartbeating", n)
-        self.app._after_rescue(items, applied)
 
     def _release_all(self) -> None:
         pending = self._held()  # not those unanswered after the settle: their leases run out
@@ -836,9 +797,9 @@ class Worker:
         for r in pending:
             r.ctx._request_cancel()
             r.done = True
-        try:
-            self.store.job_finish_many([executor.released(r.claimed, "worker shut down before the attempt ended")
-                                        for r in pending])
+        try:  # booked as any outcome (counted, logged, the finish hooks run); the slots free at shutdown
+            self.completer.complete([executor.released(r.claimed, "worker shut down before the attempt ended")
+                                     for r in pending], [(r, None) for r in pending], keep_slots=True)
         except StoreError as exc:
             log.error("could not release jobs (%s); their leases will expire and they will be rescued", exc)
 
@@ -850,13 +811,11 @@ class Worker:
             self._settle()
         except StoreError as exc:
             log.error("could not save results (%s); the leases will expire and be rescued", exc)
-        if self._pipe is not None:
-            self._pipe.close()
-            self._pipe = None  # from here on the loop saves in transactions of its own
+        self.completer.close_pipeline()  # from here on the loop saves in transactions of its own
         try:
             self._flush()
             self._save_outbox()
-            self._withdraw(time.monotonic())
+            self._withdraw(self.monotonic())
         except StoreError as exc:
             log.error("could not save final results (%s); the leases will expire and be rescued", exc)
         if self._pool:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from firesafe import App, Backoff, InvalidInput, Job, State
+from firesafe import App, Backoff, Hook, InvalidInput, Job, State
 from firesafe.errors import StoreError
 from firesafe.idempotency.keys import MAX_DEPTH
 from firesafe.states import Outcome
@@ -422,10 +422,11 @@ def test_a_failing_after_finish_hook_does_not_stop_the_worker(app: App) -> None:
     echo = declare_echo(app)
     echo.enqueue_many([{"args": [i], "key": f"k{i}"} for i in range(10)])
 
-    def broken(finishes: Any, applied: Any) -> None:
-        raise RuntimeError("a hook's bug")
+    class Broken(Hook):
+        def attempt_ended(self, attempt: Any) -> None:
+            raise RuntimeError("a hook's bug")
 
-    app._finish_hooks.append(broken)
+    app.add_hook(Broken())
     assert drain(app).succeeded == 10
     assert {j.state for j in app.jobs_list(limit=20)} == {State.SUCCEEDED}
 

@@ -180,7 +180,6 @@ def run_worker(opts: argparse.Namespace) -> int:
     worker = app.worker(queues, concurrency=opts.concurrency, burst=opts.burst, wait_scheduled=opts.burst,
                         grace=opts.grace, poll_interval=opts.poll, max_lost=opts.max_lost)
     worker.install_signal_handlers()
-    app._wake_hooks.append(worker._wake.set)
     stats = worker.run()
     app.close()
     print(json.dumps(stats.__dict__), flush=True)

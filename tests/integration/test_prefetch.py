@@ -119,7 +119,6 @@ def started(app: App, step: Any, **options: Any) -> tuple[Any, threading.Thread]
     turn it off; warmed up, so it has measured its attempts."""
     w = app.worker(poll_interval=0.02, **options)
     w.PREFETCH_BELOW = 1.0
-    app._wake_hooks.append(w._wake.set)
     t = threading.Thread(target=w.run, daemon=True)
     t.start()
     step.enqueue_many([{"args": [i], "key": f"warm{i}"} for i in range(4)])

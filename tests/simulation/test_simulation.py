@@ -175,15 +175,58 @@ def test_scenarios_are_drawn_from_their_seed() -> None:
     assert sim.MAX_TURNS > 1000
 
 
-def test_the_simulated_turn_mirrors_every_call_of_the_worker_loop() -> None:
-    # A duty added to Worker._run's loop must be added to the simulation's turn too (or skipped on purpose)
-    import inspect
-    import re
+def test_the_simulation_runs_the_worker_loops_own_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given Worker.turn, the loop's body, counted (and what the loop does only through it: pruning)
+    from firesafe.app import App
+    from firesafe.worker import Worker
 
-    from firesafe.worker.worker import Worker
+    turns, prunes = Counter[str](), Counter[str]()
+    turn, prune = Worker.turn, App.prune
 
-    calls = set(re.findall(r"self\.(_\w+)\(", inspect.getsource(Worker._run)))
-    unknown = calls - sim.LOOP_MIRRORED - set(sim.LOOP_SKIPPED)
-    assert not unknown, f"Worker._run calls {sorted(unknown)}, which firesafe/drill/sim.py does not simulate"
-    missing = sim.LOOP_MIRRORED - calls
-    assert not missing, f"the simulation mirrors {sorted(missing)}, which Worker._run no longer calls"
+    def counted_turn(self: Worker) -> object:
+        turns[self.id] += 1
+        return turn(self)
+
+    def counted_prune(self: App, leader: str | None = None) -> dict[str, int]:
+        prunes["prune"] += 1
+        return prune(self, leader)
+
+    monkeypatch.setattr(Worker, "turn", counted_turn)
+    monkeypatch.setattr(App, "prune", counted_prune)
+    # When a scenario of crashes, stalls and store faults runs
+    result = run_seed(5, tmp_path)
+    # Then every turn of every simulated worker was the real loop's turn, and so were its duties
+    assert result.ok, result.explain()
+    assert sum(turns.values()) == result.stats["worker_turns"] > 0
+    assert set(turns) == {f"sim:w{i + 1}" for i in range(result.stats["workers_started"])}
+    assert prunes["prune"] > 0  # a duty of the loop the simulation never names runs in it too
+
+
+def test_a_real_worker_runs_the_same_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given an app with jobs, and Worker.turn recorded
+    from firesafe import App
+    from firesafe.worker import Turn, Worker
+
+    app = App(f"sqlite:///{tmp_path}/real.db")
+
+    @app.job
+    def double(ctx: object, n: int) -> int:
+        return 2 * n
+
+    double.enqueue_many([{"args": [i], "key": f"d{i}"} for i in range(50)])
+    turns: list[Turn] = []
+    turn = Worker.turn
+
+    def recorded(self: Worker) -> Turn:
+        done = turn(self)
+        turns.append(done)
+        return done
+
+    monkeypatch.setattr(Worker, "turn", recorded)
+    # When a real worker (threads, wall clock) drains the queue
+    stats = app.work(burst=True, concurrency=4)
+    app.close()
+    # Then its loop went through the same turn, to the one that ended it, and claimed every job there
+    assert stats.succeeded == 50
+    assert turns[-1].done and not any(t.done for t in turns[:-1])
+    assert sum(len(t.claimed) for t in turns) == stats.claimed == 50

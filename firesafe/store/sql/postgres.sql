@@ -97,22 +97,23 @@ FROM generate_series(1, %(n)s::int) AS g;
 -- workers when the transaction commits (the caller's, with enqueue(conn=...)); it runs once per
 -- queue, through the woken subquery, if any row was inserted.
 -- The store also runs this statement without its ON CONFLICT line (the one line that names it), for
--- large batches of keys expected to be new: the server does a plain INSERT about a fifth faster (no
--- speculative insertion); a taken key then fails it, and the store redoes the batch as written here.
+-- large batches of keys expected to be new: the server does a plain INSERT faster (no speculative
+-- insertion); a taken key then fails it, and the store redoes the batch as written here.
 WITH clock AS MATERIALIZED (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
 inserted AS (
     INSERT INTO {schema}.firesafe_jobs (id, key, name, queue, fingerprint, payload, arg_names, state,
-                                        max_attempts, run_at, created_at, updated_at)
+                                        max_attempts, run_at, created_at, updated_at, trace_context)
     SELECT coalesce(i.id, nextval('{schema}.firesafe_jobs_id_seq'::regclass)), i.key, i.name, i.queue,
            i.fingerprint, i.payload, i.arg_names,
            CASE WHEN coalesce(i.run_at, c.now + i.delay) > c.now THEN 'scheduled' ELSE 'queued' END,
-           i.max_attempts, coalesce(i.run_at, c.now + i.delay), c.now, c.now
+           i.max_attempts, coalesce(i.run_at, c.now + i.delay), c.now, c.now, i.trace_context
     FROM clock c CROSS JOIN
+         -- trace_context is NULL (no array) when no job of the batch has one: unnest pads it with NULLs.
          unnest(%(id)s::bigint[], %(key)s::text[], %(name)s::text[], %(queue)s::text[],
                 %(fingerprint)s::text[], %(payload)s::text[], %(arg_names)s::text[],
-                %(max_attempts)s::int[], %(run_at)s::float8[], %(delay)s::float8[])
-             AS i(id, key, name, queue, fingerprint, payload, arg_names, max_attempts, run_at, delay)
+                %(max_attempts)s::int[], %(run_at)s::float8[], %(delay)s::float8[], %(trace_context)s::text[])
+             AS i(id, key, name, queue, fingerprint, payload, arg_names, max_attempts, run_at, delay, trace_context)
     ON CONFLICT (key) DO NOTHING
     RETURNING id, key, queue, state, run_at, created_at),
 woken AS (
@@ -160,14 +161,14 @@ claimed AS (
     FROM picked p CROSS JOIN clock c
     WHERE j.id = p.id
     RETURNING j.id, j.key, j.name, j.queue, j.state, j.payload, j.arg_names, j.attempt, j.max_attempts, j.runs,
-              j.deferrals, j.lost, j.run_at, j.created_at, j.updated_at, j.cancel_requested)
+              j.deferrals, j.lost, j.run_at, j.created_at, j.updated_at, j.cancel_requested, j.trace_context)
 SELECT * FROM claimed ORDER BY run_at, id;
 
 -- name: plan_generic
 -- PostgreSQL only: for the rest of this transaction, run prepared statements under their generic
 -- plan instead of planning each execution anew (custom plans). A worker's finish-and-claim sets it:
--- without it, planning the claim and the finish again at every batch cost 9 to 14% of a no-op drain
--- at concurrency 8 (docs/benchmarks.md). Safe for these two statements: the finish reads jobs by
+-- without it, the claim and the finish are planned anew at every batch, a fixed cost that every
+-- transaction of a drain of short jobs pays. Safe for these two statements: the finish reads jobs by
 -- primary key, and the claim's row limit is a number in its text (see job_claim).
 SET LOCAL plan_cache_mode = force_generic_plan;
 

@@ -21,10 +21,10 @@ SELECT coalesce(max(id), 0) AS max_id FROM firesafe_jobs;
 -- name: job_insert
 -- Insert one job unless its key exists (the unique key decides; the caller compares fingerprints).
 INSERT INTO firesafe_jobs (key, name, queue, fingerprint, payload, arg_names, state, max_attempts,
-                           run_at, created_at, updated_at)
+                           run_at, created_at, updated_at, trace_context)
 VALUES (:key, :name, :queue, :fingerprint, :payload, :arg_names,
         CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 'scheduled' ELSE 'queued' END,
-        :max_attempts, coalesce(:run_at, :now + :delay), :now, :now)
+        :max_attempts, coalesce(:run_at, :now + :delay), :now, :now, :trace_context)
 ON CONFLICT (key) DO NOTHING;
 
 -- name: job_by_keys
@@ -39,8 +39,8 @@ SELECT * FROM firesafe_jobs WHERE key = :key;
 -- Claim up to :limit runnable jobs of the given queues for one attempt each, under one lease token.
 -- The attempt's trace entry is written when it ends (see attempt_close); started_at notes its start.
 -- INDEXED BY: without statistics SQLite's planner picks firesafe_jobs_finished (state, ...) here,
--- which visits and sorts every waiting row, so each claim cost O(backlog) (6 ms at 20,000 waiting);
--- the partial runnable index (queue, run_at) keeps a claim under 0.3 ms at any backlog. The store
+-- which visits and sorts every waiting row, so each claim cost O(backlog); the partial runnable
+-- index (queue, run_at) keeps a claim's cost the same at any backlog. The store
 -- writes in {index} and {lost}: firesafe_jobs_runnable and "lost = 0" for a claim of jobs never
 -- lost, firesafe_jobs_suspects and "lost > 0" for suspects (an index that holds only them).
 -- It returns what an attempt needs (models.CLAIMED_COLUMNS), not the job's history.
@@ -55,7 +55,7 @@ WHERE id IN (
     ORDER BY run_at, id
     LIMIT :limit)
 RETURNING id, key, name, queue, state, payload, arg_names, attempt, max_attempts, runs, deferrals, lost, run_at,
-          created_at, updated_at, cancel_requested;
+          created_at, updated_at, cancel_requested, trace_context;
 
 -- name: job_finish
 -- End a running attempt: only if the job is still running under this lease token (fencing).

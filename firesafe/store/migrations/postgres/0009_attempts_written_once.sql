@@ -3,6 +3,5 @@
 -- the attempt started on the job's own row (started_at, which it writes anyway); while the attempt
 -- runs, attempts_of_job shows it from there. One insert per attempt instead of an insert and then an
 -- update that could not be HOT (ended_at is indexed): the update wrote the row and its two index
--- entries a second time. In the store's finish-and-claim loop that was 18% of the server's CPU per job
--- (docs/benchmarks.md). Entries opened by an earlier firesafe stay valid: ending one updates it.
+-- entries a second time, on the path of every attempt. Entries opened by an earlier firesafe stay valid: ending one updates it.
 ALTER TABLE firesafe_jobs ADD COLUMN started_at double precision;

@@ -5,7 +5,7 @@
 -- instead of also writing state = 'running'. That condition matches the predicate of the partial
 -- leases index, and a planner whose statistics were taken while few jobs ran then reads every
 -- running job's entry of that index to find a batch, instead of looking each job up by its id: a
--- finish of 128 jobs compared 128 x 128 pairs, about half its time (docs/benchmarks.md). Checked
+-- finish compared every job of its batch with every running job. Checked
 -- against the existing rows when applied (the table is locked while it is read).
 ALTER TABLE firesafe_jobs ADD CONSTRAINT firesafe_jobs_leased_while_running
     CHECK ((state = 'running') = (lease_token IS NOT NULL));

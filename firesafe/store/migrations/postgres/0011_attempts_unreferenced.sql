@@ -3,8 +3,7 @@
 -- job_rescue the jobs it rescued, limiter_job_wait the jobs it gave back, attempt_close selects the
 -- job by id), so an entry can only be written for a job that exists; and the one statement that
 -- deletes jobs, job_delete_finished, deletes their entries with them. The declared reference checked
--- that again for every attempt, a trigger's lookup and row lock of the job: in the store's
--- finish-and-claim loop, 72 against 78 µs of the server's CPU a job without it (medians of 10 runs
--- taking turns; docs/benchmarks.md).
+-- that again for every attempt, a trigger's lookup and row lock of the job, on the path
+-- of every attempt.
 -- SQLite keeps its declaration (see migrations/sqlite/0011_attempts_unreferenced.sql).
 ALTER TABLE firesafe_attempts DROP CONSTRAINT IF EXISTS firesafe_attempts_job_id_fkey;
