@@ -11,7 +11,7 @@ from typing import Any
 from firesafe.clock import to_timestamp
 from firesafe.errors import InvalidInput, check_wait
 from firesafe.masking import mask
-from firesafe.rerun.steps import Steps, step_key
+from firesafe.steps.steps import Steps, step_key
 
 log = logging.getLogger("firesafe.job")
 

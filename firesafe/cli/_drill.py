@@ -68,7 +68,7 @@ def drill(target: str, jobs: tuple[str, ...], args_file: Path | None, faults: tu
     does outside firesafe (charges, e-mails, HTTP calls) happens at every attempt, each round under
     new job keys. Point the jobs at sandboxes first. The drill says so and asks before it starts;
     without a terminal it runs only with --yes. A step declared safe to repeat
-    (firesafe.rerun.repeatable) is not flagged when it runs again. Exit code 1 when an invariant broke.
+    (firesafe.steps.repeatable) is not flagged when it runs again. Exit code 1 when an invariant broke.
 
     \b
     Examples:

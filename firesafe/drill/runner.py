@@ -16,7 +16,7 @@ Broken invariants it reports:
   the process died during the call) and then started again, in attempts that never asked for the
   step's ``ctx.idempotency_key``: its effect may have happened twice (only a provider key closes that
   window). A step counts as run when its function starts (see :func:`tally_steps`). A step whose
-  function is declared safe to repeat (:func:`firesafe.rerun.repeatable`) is never flagged;
+  function is declared safe to repeat (:func:`firesafe.steps.repeatable`) is never flagged;
 - a job that never ended (still waiting or running once the drill settled);
 - a dead job without its trace or without its dead-letter alert;
 - an attempt above the job's maximum.

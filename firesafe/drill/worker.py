@@ -10,7 +10,7 @@ function twice, when it starts (``step_start``, written before the function runs
 process dies in is still on record) and when it returns or raises (``step``, with ``ok``), each
 saying whether the attempt asked for the step's idempotency key (``step_key`` when it asks during
 the call) and whether the step's function was declared safe to repeat (``repeatable``, see
-:func:`firesafe.rerun.repeatable`).
+:func:`firesafe.steps.repeatable`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 from firesafe.drill.faults import FaultyStore
 from firesafe.errors import FiresafeError
-from firesafe.rerun.steps import is_repeatable
+from firesafe.steps.steps import is_repeatable
 
 log = logging.getLogger("firesafe.drill")
 

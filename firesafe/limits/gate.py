@@ -116,7 +116,7 @@ def retry_after_seconds(error: BaseException | None, http_seconds: float | None)
 
 
 def _is_sleep(error: BaseException) -> bool:
-    from firesafe.rerun.steps import DurableSleep
+    from firesafe.steps.steps import DurableSleep
 
     return isinstance(error, DurableSleep)
 

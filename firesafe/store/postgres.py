@@ -50,10 +50,10 @@ from firesafe.errors import ConfigError, InvalidInput, StoreDataError, StoreErro
 from firesafe.inbox.store_postgres import InboxPostgres
 from firesafe.limits.store_postgres import LimitsPostgres
 from firesafe.models import Job, attempt_from_row, event_from_row
-from firesafe.rerun.store_postgres import StepsPostgres
 from firesafe.sanitize import for_store
 from firesafe.schedules.store_postgres import SchedulesPostgres
 from firesafe.states import State
+from firesafe.steps.store_postgres import StepsPostgres
 from firesafe.store import queries
 from firesafe.store.base import (
     Claimed,

@@ -26,10 +26,10 @@ from firesafe.errors import OtherTables, StoreDataError, StoreError
 from firesafe.inbox.store_sqlite import InboxSQLite
 from firesafe.limits.store_sqlite import LimitsSQLite
 from firesafe.models import Job, attempt_from_row, event_from_row
-from firesafe.rerun.store_sqlite import StepsSQLite
 from firesafe.sanitize import for_store
 from firesafe.schedules.store_sqlite import SchedulesSQLite
 from firesafe.states import Outcome, State
+from firesafe.steps.store_sqlite import StepsSQLite
 from firesafe.store import queries
 from firesafe.store.base import (
     Claimed,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from firesafe import App, Job, State
-from firesafe.rerun.steps import step_key
+from firesafe.steps.steps import step_key
 from firesafe.store.base import JobFilter
 from tests.drills.procs import Provider, build_app
 from tests.processes import Proc, lock_free, logs, pause, running_on, sqlite_unlocked, wait_until

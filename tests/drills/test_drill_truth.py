@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from firesafe import App, Backoff
-from firesafe.rerun import repeatable
+from firesafe.steps import repeatable
 
 HERE = Path(__file__).parent
 app = App("sqlite:///" + str(HERE / "real-store.db"))  # the user's store: a drill must never open it

@@ -1,6 +1,6 @@
 """Part 4, the rerun story: durable steps that resume from their checkpoint, durable sleeps, reruns."""
 
-from firesafe.rerun.steps import (
+from firesafe.steps.steps import (
     DuplicateStep,
     LeaseLost,
     NonDeterminism,
