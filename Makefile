@@ -20,10 +20,12 @@ demo: $(STAMP)
 	@echo "== and an agent run whose worker is SIGKILLed mid-run, then resumes from its last completed turn =="
 	$(BIN)/python -m examples.agent_run --dir demo-data/agent-run
 
-# ruff, then the type checker over firesafe/ (its settings: [tool.mypy] in pyproject.toml).
+# ruff, the type checker over firesafe/ (its settings: [tool.mypy] in pyproject.toml), then the
+# import layers of docs/architecture.md ([tool.importlinter] in pyproject.toml).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # Debian's headless Chromium for the dashboard's browser tests (Playwright drives it; it never downloads one).
 browser:

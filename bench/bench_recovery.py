@@ -138,7 +138,7 @@ def main() -> int:
         for mode in ("supervised", "lone"):
             url = args.store or f"sqlite:///{workdir / (mode + '.db')}"
             if args.store:  # both modes in the store given, their keys apart
-                from firesafe.store import open_store
+                from firesafe.stores import open_store
 
                 store = open_store(url)
                 store.migrate()

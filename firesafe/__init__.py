@@ -23,8 +23,7 @@ from firesafe.masking import Mask
 from firesafe.models import Attempt, Event, Job
 from firesafe.retries.backoff import Backoff
 from firesafe.states import Outcome, State
-
-__version__ = "0.1.0"
+from firesafe.version import __version__
 
 __all__ = [
     "App",

@@ -25,8 +25,9 @@ from firesafe.models import Job
 from firesafe.retries.backoff import Backoff
 from firesafe.retries.decide import DEFAULT_MAX_DEFERRALS
 from firesafe.states import State
-from firesafe.store import Store, check_schema, open_store, resolve_url
+from firesafe.store import Store, check_schema, resolve_url
 from firesafe.store.base import InsertParams, JobFilter
+from firesafe.stores import open_store
 
 log = logging.getLogger("firesafe")
 
@@ -232,7 +233,7 @@ class JobDef:
         params = self._params(args, kwargs, key, delay, run_at, queue)
         job = self._insert([params], conn)[0]
         if job.created and conn is None:
-            self.app._wake_workers()
+            self.app.wake_workers()
         return job
 
     def enqueue_many(self, items: Iterable[Mapping[str, Any]], conn: Any = None) -> list[Job]:
@@ -264,7 +265,7 @@ class JobDef:
             return []
         jobs = self._insert(params, conn)
         if conn is None and any(j.created for j in jobs):
-            self.app._wake_workers()
+            self.app.wake_workers()
         return jobs
 
 
@@ -333,6 +334,11 @@ class App:
                 if self._store is None:
                     self._store = self._open_store()
         return self._store
+
+    def connect(self) -> Store:
+        """Another store object on this app's store (its clock and options), for a part that needs
+        a connection of its own (a supervisor's); not migrated nor checked. The caller closes it."""
+        return open_store(self.store_url, self._clock, **self._store_options)
 
     def _open_store(self) -> Store:
         given = self._given
@@ -509,7 +515,7 @@ class App:
         who, why = actor_of(actor), reason_of(reason)
         if not self.store.job_rerun(job.id, who, position, why):
             raise InvalidInput(f"job {key!r} is {job.state}; only a dead, cancelled or succeeded job can be rerun")
-        self._wake_workers()
+        self.wake_workers()
         self._replayed([job.key], who, why, "rerun")
         return self.get(key)
 
@@ -553,13 +559,14 @@ class App:
         windows (by default it runs the scheduler of the schedules on its queues). Other options: see
         :class:`firesafe.worker.Worker`.
         """
-        w = self._runner(queues, lanes, burst=burst, concurrency=concurrency, **options)
+        w = self.runner(queues, lanes, burst=burst, concurrency=concurrency, **options)
         if threading.current_thread() is threading.main_thread() and not burst:
             w.install_signal_handlers()
         return w.run()  # its loops register with the app while they run (see _Wakeups)
 
-    def _runner(self, queues: Sequence[str] | None, lanes: int, **options: Any) -> Any:
-        """One worker, or several claim loops in this process (firesafe/worker/lanes.py)."""
+    def runner(self, queues: Sequence[str] | None, lanes: int, **options: Any) -> Any:
+        """One worker, or several claim loops in this process (firesafe/worker/lanes.py), not yet
+        running: ``run()`` runs it, ``stop()`` stops it. Options as for :meth:`run_worker`."""
         if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1:
             raise ConfigError(f"lanes must be a whole number >= 1, not {lanes!r}")
         if lanes == 1 or options.get("concurrency", 8) < 2:
@@ -567,6 +574,8 @@ class App:
         from firesafe.worker.lanes import Lanes
 
         return Lanes(self, queues, lanes=lanes, **options)
+
+    _runner = runner
 
     # -- the event inbox ---------------------------------------------------------------------
     @property
@@ -613,15 +622,19 @@ class App:
         are running already see it from their next event on (a duty starts only with a worker)."""
         return self.hooks.add(hook)
 
-    def _start_duties(self, worker: Any) -> list[Callable[[], None]]:
+    def start_duties(self, worker: Any) -> list[Callable[[], None]]:
         """Start the background duties of a worker; returns their stop functions."""
         return self.hooks.start_duties(worker)
 
-    def _wake_workers(self) -> None:
+    _start_duties = start_duties
+
+    def wake_workers(self) -> None:
         """End the idle wait of this process's workers: jobs were enqueued (or replayed) here."""
         for hook in self.hooks:
             if isinstance(hook, _Wakeups):
                 hook.wake()
+
+    _wake_workers = wake_workers
 
     def _replayed(self, keys: Sequence[str], actor: str, reason: str | None, how: str) -> None:
         """Tell the hooks that jobs moved back to their queue (after the store committed the move)."""

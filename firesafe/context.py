@@ -97,7 +97,9 @@ class Context:
         if self._steps is None:
             if self._store is None:
                 raise RuntimeError("this ctx has no store: steps only work inside a worker")
-            self._steps = Steps(self._store, self.job.id, self._token)
+            from firesafe.worker.pool import run_coroutine  # the worker package imports this module
+
+            self._steps = Steps(self._store, self.job.id, self._token, lambda coro: run_coroutine(coro, None))
         return self._steps
 
     def _detail(self) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from firesafe.sanitize import for_log, safe_str
 
 if TYPE_CHECKING:
     from firesafe.models import Job
-    from firesafe.store.base import FinishParams
+    from firesafe.store.base import Expired, FinishParams, RescueParams
     from firesafe.worker import Worker
 
 log = logging.getLogger("firesafe.hooks")
@@ -117,7 +117,7 @@ class JobDead:
     name: str
     queue: str
     attempt: int
-    reason: str  # exhausted, permanent, unknown_job, lost, ...
+    reason: str  # exhausted, permanent, unknown_job, undecodable_payload, worker_lost, ...
     error_type: str | None = None
     message: str | None = None
     worker: str | None = None  # the worker that recorded it
@@ -126,6 +126,12 @@ class JobDead:
     def of(cls, job: Job, fin: FinishParams, worker: str) -> JobDead:
         return cls(job.id, job.key, job.name, job.queue, job.attempt, fin.reason or "", fin.error_type, fin.message,
                    worker)
+
+    @classmethod
+    def rescued(cls, job: Expired, rescue: RescueParams, worker: str) -> JobDead:
+        """A job made dead by the rescue of its attempt (its worker died too often), by ``worker``."""
+        return cls(job.id, job.key, job.name, job.queue, job.attempt, rescue.reason or "", "WorkerLost",
+                   rescue.message, worker)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +169,12 @@ class Hook:
         """An attempt's outcome was committed: called on the worker's loop thread (or a lane's)."""
 
     def job_dead(self, job: JobDead) -> None:
-        """A job became a dead letter: after :meth:`attempt_ended`, on the same thread (a job whose
-        worker died is declared dead by the worker that rescues it, on that worker's loop thread)."""
+        """A job became a dead letter: after :meth:`attempt_ended`, on the same thread. Jobs that
+        never ran (an undeclared name, unreadable arguments) are told too, after their
+        ``attempt_ended`` (duration 0.0); a job whose worker died too often is declared dead by the
+        worker that rescues it, on that worker's loop thread (no ``attempt_ended`` before: the
+        attempt's worker is gone), with ``reason="worker_lost"`` (or ``exhausted``) and
+        ``error_type="WorkerLost"``."""
 
     def job_replayed(self, replayed: JobsReplayed) -> None:
         """Jobs were replayed or rerun: on the thread that called ``app.dlq.replay`` or ``app.rerun``."""

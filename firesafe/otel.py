@@ -57,7 +57,7 @@ class OpenTelemetry(Hook):
     docstring). ``tracer_provider``: the provider to use (default: the global one)."""
 
     def __init__(self, tracer_provider: Any = None, *, as_child: bool = False) -> None:
-        from firesafe import __version__
+        from firesafe.version import __version__
 
         self._tracer = trace.get_tracer("firesafe", __version__, tracer_provider=tracer_provider)
         self.as_child = as_child

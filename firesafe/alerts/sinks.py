@@ -342,7 +342,7 @@ def _ssl_context() -> ssl.SSLContext:
 
 
 def _user_agent() -> str:
-    from firesafe import __version__
+    from firesafe.version import __version__
 
     return f"firesafe/{__version__}"
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from firesafe.alerts.grouping import KINDS, SEVERITIES
 from firesafe.errors import InvalidInput
+from firesafe.store.driver import StorePart
 
 #: At most this many keys are stored with one alert event.
 MAX_EVENT_KEYS = 100
@@ -133,3 +134,85 @@ def event_params(kind: str, severity: str | None, job_name: str | None, keys: Se
         raise InvalidInput(f"alert payload is {len(text)} bytes of JSON; the limit is {MAX_EVENT_PAYLOAD}")
     return {"kind": kind, "severity": severity, "job_name": job_name, "job_id": None,
             "keys": json.dumps(keys), "payload": text, "dedupe": dedupe}
+
+
+def json_column(value: Any) -> Any:
+    """A JSON column's value: text on SQLite, already decoded by psycopg from PostgreSQL's ``jsonb``."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _event(r: Any) -> OutboxEvent:
+    return OutboxEvent(r["id"], r["kind"], r["severity"], r["job_name"], r["job_id"], json_column(r["keys"]),
+                       json_column(r["payload"]), r["created_at"])
+
+
+class AlertsPart(StorePart):
+    """Store methods of the alerts part that are the same on both dialects (written against the driver);
+    ``AlertsSQLite`` and ``AlertsPostgres`` add those that differ: recording an event in a caller's
+    transaction (each checks its own kind of connection), creating an alert and claiming deliveries
+    (one statement on PostgreSQL, a read first on SQLite so an idle dispatcher takes no write lock), pruning."""
+
+    # -- the outbox: written in the caller's transaction ---------------------------------------
+    def _outbox_dead(self, conn: Any, job_ids: Sequence[int], now: float | None) -> None:
+        """Inside the transaction that moved jobs to ``dead``: one dead_letter event per job."""
+        if job_ids:
+            conn.execute(self.q["alert_outbox_dead"], {"ids": self._list(job_ids), "now": now})
+
+    # -- grouping ------------------------------------------------------------------------------
+    def alert_pending(self, limit: int) -> list[OutboxEvent]:
+        return [_event(r) for r in self._read("alert_pending", {"limit": limit})]
+
+    def alert_waiting(self) -> int:
+        return int(self._read("alert_waiting")[0]["n"])
+
+    def alert_last_sent(self, since: float) -> dict[tuple[str, str | None, str, bool], float]:
+        return {(r["kind"], r["job_name"], r["severity"], bool(r["muted"])): r["at"]
+                for r in self._read("alert_last_sent", {"since": since})}
+
+    # -- delivery ------------------------------------------------------------------------------
+    def alert_delivery_finish(self, alert_id: int, sink: str, token: str, state: str, tried: int,
+                              delay: float | None, error: str | None) -> bool:
+        return self._execute("alert_delivery_finish", {
+            "alert_id": alert_id, "sink": sink, "token": token, "state": state, "tried": tried,
+            "delay": delay, "error": error, "now": self._now()}) == 1
+
+    # -- reading -------------------------------------------------------------------------------
+    def alert_list(self, limit: int = 50, kind: str | None = None) -> list[AlertRecord]:
+        rows = self._read("alert_list", {"limit": limit, "kind": kind})
+        if not rows:
+            return []
+        deliveries: dict[int, list[Delivery]] = {}
+        for d in self._read("alert_deliveries_of", {"ids": self._list(r["id"] for r in rows), "now": self._now()}):
+            deliveries.setdefault(d["alert_id"], []).append(
+                Delivery(d["alert_id"], d["sink"], d["state"], d["attempts"], d["next_at"], d["last_error"],
+                         d["delivered_at"], bool(d["leased"])))
+        return [AlertRecord(r["id"], r["kind"], r["severity"], r["status"], r["job_name"], r["count"], r["first_at"],
+                            r["last_at"], r["title"], r["created_at"], json_column(r["document"]),
+                            deliveries.get(r["id"], [])) for r in rows]
+
+    # -- rules ---------------------------------------------------------------------------------
+    def alert_conditions(self, kind: str) -> dict[str, bool]:
+        return {r["subject"]: bool(r["firing"]) for r in self._read("alert_conditions", {"kind": kind})}
+
+    def alert_condition_set(self, kind: str, subject: str, firing: bool, event_kind: str,
+                            job_name: str | None, keys: Sequence[str], payload: dict[str, Any]) -> bool:
+        params = {**event_params(event_kind, None, job_name, keys, payload, None), "now": self._now()}
+        with self._tx() as c:
+            moved = c.execute(self.q["alert_condition_fire" if firing else "alert_condition_resolve"],
+                              {"kind": kind, "subject": subject, "now": params["now"]}).fetchone()
+            if moved is None:
+                return False
+            c.execute(self.q["alert_outbox_insert"], params)
+        return True
+
+    def alert_failure_counts(self, since: float) -> dict[str, tuple[int, int]]:
+        return {r["name"]: (int(r["total"]), int(r["failures"]))
+                for r in self._read("alert_failure_counts", {"since": since})}
+
+    def alert_failed_keys(self, job_name: str, since: float, limit: int) -> list[str]:
+        return [r["key"] for r in self._read("alert_failed_keys", {"name": job_name, "since": since,
+                                                                   "limit": limit})]
+
+    def alert_queue_backlog(self) -> list[QueueBacklog]:
+        return [QueueBacklog(r["queue"], r["oldest_run_at"], int(r["runnable"]))
+                for r in self._read("alert_queue_backlog", {"now": self._now()})]

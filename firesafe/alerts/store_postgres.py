@@ -1,8 +1,9 @@
-"""The alerts part of the postgres store: a mixin of the store class (queries in store/sql/postgres/alerts.sql)."""
+"""The alerts part of the postgres store: a mixin of the store class (queries in store/sql/postgres/alerts.sql).
+
+What is the same on both dialects is written once in :class:`firesafe.alerts.store.AlertsPart`."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -10,31 +11,13 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from firesafe.alerts.store import (
-    AlertRecord,
-    ClaimedDelivery,
-    Delivery,
-    NewAlert,
-    OutboxEvent,
-    QueueBacklog,
-    event_params,
-)
+from firesafe.alerts.store import AlertsPart, ClaimedDelivery, NewAlert, event_params, json_column
 from firesafe.errors import InvalidInput
 from firesafe.store.driver import PostgresPart
 
 
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def _event(r: dict[str, Any]) -> OutboxEvent:
-    return OutboxEvent(r["id"], r["kind"], r["severity"], r["job_name"], r["job_id"], _json(r["keys"]),
-                       _json(r["payload"]), r["created_at"])
-
-
-class AlertsPostgres(PostgresPart):
-    """Store methods of the alerts part; mixed into the postgres store class (its driver: ``_conn``,
-    ``_read``, ``_write``, ``_now`` and the rendered queries ``q``)."""
+class AlertsPostgres(AlertsPart, PostgresPart):
+    """Store methods of the alerts part that differ on PostgreSQL; mixed into the postgres store class."""
 
     # -- the outbox: written in the transaction of the event -----------------------------------
     def _write_with_outbox(self, name: str, params: dict[str, Any], dead_ids: Sequence[int]) -> list[dict[str, Any]]:
@@ -51,11 +34,6 @@ class AlertsPostgres(PostgresPart):
                 cur = c.execute(self.q[name], params)
                 self._outbox_dead(c, dead_ids, params.get("now"))
             return cur.fetchall()
-
-    def _outbox_dead(self, conn: psycopg.Connection[Any], job_ids: Sequence[int], now: float | None) -> None:
-        """Inside the transaction that moved jobs to ``dead``: one dead_letter event per job."""
-        if job_ids:
-            conn.execute(self.q["alert_outbox_dead"], {"ids": list(job_ids), "now": now})
 
     def alert_record(self, kind: str, severity: str | None = None, job_name: str | None = None,
                      keys: Sequence[str] = (), payload: dict[str, Any] | None = None, *,
@@ -74,16 +52,6 @@ class AlertsPostgres(PostgresPart):
         return bool(self._write("alert_outbox_insert", params))
 
     # -- grouping ------------------------------------------------------------------------------
-    def alert_pending(self, limit: int) -> list[OutboxEvent]:
-        return [_event(r) for r in self._read("alert_pending", {"limit": limit})]
-
-    def alert_waiting(self) -> int:
-        return int(self._read("alert_waiting")[0]["n"])
-
-    def alert_last_sent(self, since: float) -> dict[tuple[str, str | None, str, bool], float]:
-        return {(r["kind"], r["job_name"], r["severity"], bool(r["muted"])): r["at"]
-                for r in self._read("alert_last_sent", {"since": since})}
-
     def alert_create(self, new: NewAlert) -> int | None:
         with self._conn() as c:
             try:
@@ -111,57 +79,10 @@ class AlertsPostgres(PostgresPart):
         token = uuid.uuid4().hex
         rows = self._write("alert_delivery_claim", {"token": token, "now": self._now(), "lease": lease,
                                                     "sink": sink, "limit": limit, "alert_id": alert_id})
-        return [ClaimedDelivery(r["alert_id"], r["sink"], token, r["attempts"], r["created_at"], _json(r["document"]))
-                for r in rows]
+        return [ClaimedDelivery(r["alert_id"], r["sink"], token, r["attempts"], r["created_at"],
+                                json_column(r["document"])) for r in rows]
 
-    def alert_delivery_finish(self, alert_id: int, sink: str, token: str, state: str, tried: int,
-                              delay: float | None, error: str | None) -> bool:
-        with self._conn() as c:
-            return c.execute(self.q["alert_delivery_finish"], {
-                "alert_id": alert_id, "sink": sink, "token": token, "state": state, "tried": tried,
-                "delay": delay, "error": error, "now": self._now()}).rowcount == 1
-
-    # -- reading -------------------------------------------------------------------------------
-    def alert_list(self, limit: int = 50, kind: str | None = None) -> list[AlertRecord]:
-        rows = self._read("alert_list", {"limit": limit, "kind": kind})
-        if not rows:
-            return []
-        deliveries: dict[int, list[Delivery]] = {}
-        for d in self._read("alert_deliveries_of", {"ids": [r["id"] for r in rows], "now": self._now()}):
-            deliveries.setdefault(d["alert_id"], []).append(
-                Delivery(d["alert_id"], d["sink"], d["state"], d["attempts"], d["next_at"], d["last_error"],
-                         d["delivered_at"], bool(d["leased"])))
-        return [AlertRecord(r["id"], r["kind"], r["severity"], r["status"], r["job_name"], r["count"], r["first_at"],
-                            r["last_at"], r["title"], r["created_at"], _json(r["document"]),
-                            deliveries.get(r["id"], [])) for r in rows]
-
-    # -- rules ---------------------------------------------------------------------------------
-    def alert_conditions(self, kind: str) -> dict[str, bool]:
-        return {r["subject"]: bool(r["firing"]) for r in self._read("alert_conditions", {"kind": kind})}
-
-    def alert_condition_set(self, kind: str, subject: str, firing: bool, event_kind: str,
-                            job_name: str | None, keys: Sequence[str], payload: dict[str, Any]) -> bool:
-        params = {**event_params(event_kind, None, job_name, keys, payload, None), "now": self._now()}
-        with self._conn() as c, c.transaction():
-            moved = c.execute(self.q["alert_condition_fire" if firing else "alert_condition_resolve"],
-                              {"kind": kind, "subject": subject, "now": params["now"]}).fetchone()
-            if moved is None:
-                return False
-            c.execute(self.q["alert_outbox_insert"], params)
-        return True
-
-    def alert_failure_counts(self, since: float) -> dict[str, tuple[int, int]]:
-        return {r["name"]: (int(r["total"]), int(r["failures"]))
-                for r in self._read("alert_failure_counts", {"since": since})}
-
-    def alert_failed_keys(self, job_name: str, since: float, limit: int) -> list[str]:
-        return [r["key"] for r in self._read("alert_failed_keys", {"name": job_name, "since": since,
-                                                                   "limit": limit})]
-
-    def alert_queue_backlog(self) -> list[QueueBacklog]:
-        return [QueueBacklog(r["queue"], r["oldest_run_at"], int(r["runnable"]))
-                for r in self._read("alert_queue_backlog", {"now": self._now()})]
-
+    # -- pruning: the queries read the database's clock when no clock is injected ---------------
     def alert_prune(self, older_than: float) -> int:
         with self._conn() as c, c.transaction():
             params = {"older_than": older_than, "now": self._now()}

@@ -1,4 +1,6 @@
-"""The alerts part of the sqlite store: a mixin of the store class (queries in store/sql/sqlite/alerts.sql)."""
+"""The alerts part of the sqlite store: a mixin of the store class (queries in store/sql/sqlite/alerts.sql).
+
+What is the same on both dialects is written once in :class:`firesafe.alerts.store.AlertsPart`."""
 
 from __future__ import annotations
 
@@ -8,15 +10,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from firesafe.alerts.store import (
-    AlertRecord,
-    ClaimedDelivery,
-    Delivery,
-    NewAlert,
-    OutboxEvent,
-    QueueBacklog,
-    event_params,
-)
+from firesafe.alerts.store import AlertsPart, ClaimedDelivery, NewAlert, event_params
 from firesafe.errors import InvalidInput
 from firesafe.store import queries
 from firesafe.store.driver import SQLitePart
@@ -24,21 +18,10 @@ from firesafe.store.driver import SQLitePart
 Q = queries.load("sqlite")
 
 
-def _event(r: Any) -> OutboxEvent:
-    return OutboxEvent(r["id"], r["kind"], r["severity"], r["job_name"], r["job_id"], json.loads(r["keys"]),
-                       json.loads(r["payload"]), r["created_at"])
-
-
-class AlertsSQLite(SQLitePart):
-    """Store methods of the alerts part; mixed into the sqlite store class (its driver: ``_tx``,
-    ``_read`` and ``now``)."""
+class AlertsSQLite(AlertsPart, SQLitePart):
+    """Store methods of the alerts part that differ on SQLite; mixed into the sqlite store class."""
 
     # -- the outbox: written in the caller's transaction ---------------------------------------
-    def _outbox_dead(self, conn: sqlite3.Connection, job_ids: Sequence[int], now: float) -> None:
-        """Inside the transaction that moved jobs to ``dead``: one dead_letter event per job."""
-        if job_ids:
-            conn.execute(Q["alert_outbox_dead"], {"ids": json.dumps(list(job_ids)), "now": now})
-
     def alert_record(self, kind: str, severity: str | None = None, job_name: str | None = None,
                      keys: Sequence[str] = (), payload: dict[str, Any] | None = None, *,
                      dedupe: str | None = None, conn: Any = None) -> bool:
@@ -52,16 +35,6 @@ class AlertsSQLite(SQLitePart):
             return c.execute(Q["alert_outbox_insert"], {**params, "now": self.now()}).fetchone() is not None
 
     # -- grouping ------------------------------------------------------------------------------
-    def alert_pending(self, limit: int) -> list[OutboxEvent]:
-        return [_event(r) for r in self._read("alert_pending", {"limit": limit})]
-
-    def alert_waiting(self) -> int:
-        return int(self._read("alert_waiting")[0]["n"])
-
-    def alert_last_sent(self, since: float) -> dict[tuple[str, str | None, str, bool], float]:
-        return {(r["kind"], r["job_name"], r["severity"], bool(r["muted"])): r["at"]
-                for r in self._read("alert_last_sent", {"since": since})}
-
     def alert_create(self, new: NewAlert) -> int | None:
         now = self.now()
         try:
@@ -101,54 +74,7 @@ class AlertsSQLite(SQLitePart):
                                 json.loads(docs[r["alert_id"]]["document"]))
                 for r in sorted(rows, key=lambda r: r["alert_id"])]
 
-    def alert_delivery_finish(self, alert_id: int, sink: str, token: str, state: str, tried: int,
-                              delay: float | None, error: str | None) -> bool:
-        with self._tx() as c:
-            return c.execute(Q["alert_delivery_finish"], {
-                "alert_id": alert_id, "sink": sink, "token": token, "state": state, "tried": tried,
-                "delay": delay, "error": error, "now": self.now()}).rowcount == 1
-
-    # -- reading -------------------------------------------------------------------------------
-    def alert_list(self, limit: int = 50, kind: str | None = None) -> list[AlertRecord]:
-        rows = self._read("alert_list", {"limit": limit, "kind": kind})
-        if not rows:
-            return []
-        deliveries: dict[int, list[Delivery]] = {}
-        for d in self._read("alert_deliveries_of", {"ids": json.dumps([r["id"] for r in rows]), "now": self.now()}):
-            deliveries.setdefault(d["alert_id"], []).append(
-                Delivery(d["alert_id"], d["sink"], d["state"], d["attempts"], d["next_at"], d["last_error"],
-                         d["delivered_at"], bool(d["leased"])))
-        return [AlertRecord(r["id"], r["kind"], r["severity"], r["status"], r["job_name"], r["count"], r["first_at"],
-                            r["last_at"], r["title"], r["created_at"], json.loads(r["document"]),
-                            deliveries.get(r["id"], [])) for r in rows]
-
-    # -- rules ---------------------------------------------------------------------------------
-    def alert_conditions(self, kind: str) -> dict[str, bool]:
-        return {r["subject"]: bool(r["firing"]) for r in self._read("alert_conditions", {"kind": kind})}
-
-    def alert_condition_set(self, kind: str, subject: str, firing: bool, event_kind: str,
-                            job_name: str | None, keys: Sequence[str], payload: dict[str, Any]) -> bool:
-        params = event_params(event_kind, None, job_name, keys, payload, None)
-        now = self.now()
-        with self._tx() as c:
-            moved = c.execute(Q["alert_condition_fire" if firing else "alert_condition_resolve"],
-                              {"kind": kind, "subject": subject, "now": now}).fetchone()
-            if moved is None:
-                return False
-            c.execute(Q["alert_outbox_insert"], {**params, "now": now})
-        return True
-
-    def alert_failure_counts(self, since: float) -> dict[str, tuple[int, int]]:
-        return {r["name"]: (r["total"], r["failures"]) for r in self._read("alert_failure_counts", {"since": since})}
-
-    def alert_failed_keys(self, job_name: str, since: float, limit: int) -> list[str]:
-        return [r["key"] for r in self._read("alert_failed_keys", {"name": job_name, "since": since,
-                                                                   "limit": limit})]
-
-    def alert_queue_backlog(self) -> list[QueueBacklog]:
-        return [QueueBacklog(r["queue"], r["oldest_run_at"], r["runnable"])
-                for r in self._read("alert_queue_backlog", {"now": self.now()})]
-
+    # -- pruning: SQLite's queries take the cut-off time (no clock of their own) ------------------
     def alert_prune(self, older_than: float) -> int:
         before = self.now() - older_than
         with self._tx() as c:

@@ -22,8 +22,9 @@ from firesafe.app import App
 from firesafe.errors import MAX_DELAY
 from firesafe.masking import redact_url
 from firesafe.sanitize import for_terminal, safe_str
-from firesafe.store import open_store, resolve_url
+from firesafe.store import resolve_url
 from firesafe.store.queries import latest_version
+from firesafe.stores import open_store
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -77,10 +77,11 @@ def serve(target: str, host: str, port: int, token: str | None, no_dashboard: bo
     """
     import uvicorn
 
+    from firesafe.dashboard.inbox import create_server_app, server_config
     from firesafe.dashboard.security import check_public, parse_forwarded_allow_ips
     from firesafe.dashboard.server import dispatching
-    from firesafe.inbox.http import create_app, create_server_app
-    from firesafe.inbox.serving import Limits, server_config
+    from firesafe.inbox.http import create_app
+    from firesafe.inbox.serving import Limits
 
     for flag, seconds in (("--header-timeout", header_timeout), ("--body-timeout", body_timeout)):
         if not 0 < seconds <= 3600:

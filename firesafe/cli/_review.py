@@ -21,8 +21,8 @@ from firesafe.cli._common import (
 from firesafe.cli._render import jobs_table, masked_job_dict, render_job, stats_data, stats_table
 from firesafe.deadletters.audit import actor_of, reason_of
 from firesafe.states import State
-from firesafe.store import open_store
 from firesafe.store.base import JobFilter
+from firesafe.stores import open_store
 
 STATES = [str(s) for s in State]
 

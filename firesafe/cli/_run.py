@@ -43,13 +43,11 @@ class _LeaseEnder:
         self.lock = threading.Lock()
 
     def __call__(self, prefix: str, detail: dict[str, Any]) -> int:
-        from firesafe.store import open_store
-
         with self.lock:
             if self.closed:
                 raise RuntimeError("the supervisor's store connection is closed")
             if self.store is None:
-                self.store = open_store(self.app.store_url, self.app._clock, **self.app._store_options)
+                self.store = self.app.connect()
             return self.store.worker_process_gone(prefix, detail)
 
     def close(self) -> None:
@@ -176,7 +174,7 @@ def worker(target: str, queues: str | None, concurrency: int, prefetch: int | No
             ender.close()
         raise SystemExit(code)
 
-    w = app._runner(queue_list or None, lanes, concurrency=concurrency, burst=burst,
+    w = app.runner(queue_list or None, lanes, concurrency=concurrency, burst=burst,
                     wait_scheduled=wait_scheduled, grace=grace, prefetch=prefetch, pipeline=pipeline,
                     scheduler=not no_scheduler)
     w.install_signal_handlers()

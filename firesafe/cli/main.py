@@ -13,7 +13,6 @@ from typing import Any
 
 import click
 
-from firesafe import __version__
 from firesafe.cli._alerts import alerts
 from firesafe.cli._audit import audit
 from firesafe.cli._common import CLIError, plain
@@ -30,6 +29,7 @@ from firesafe.errors import FiresafeError
 from firesafe.masking import check as check_masking
 from firesafe.masking import mask_text
 from firesafe.sanitize import safe_str
+from firesafe.version import __version__
 
 
 class _Group(click.Group):

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from markupsafe import Markup, escape
 
-from firesafe.dashboard.store import Bucket
+from firesafe.store.dashboard import Bucket
 
 #: Outcomes counted as failures in the failure rate (deferrals and interruptions are not failures).
 FAILED = frozenset({"failed", "timed_out", "lost"})

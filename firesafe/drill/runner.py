@@ -44,7 +44,7 @@ from firesafe.drill.worker import FAULTS
 from firesafe.errors import InvalidInput
 from firesafe.states import State
 from firesafe.store.base import InsertParams, JobFilter
-from firesafe.store.sqlite import SQLiteStore
+from firesafe.stores.sqlite import SQLiteStore
 
 #: The most rounds of samples a drill enqueues.
 MAX_ROUNDS = 500

@@ -53,7 +53,7 @@ from firesafe.errors import Permanent, RetryAfter, StoreError
 from firesafe.retries.backoff import Backoff
 from firesafe.states import State, can_move
 from firesafe.store.base import JobFilter
-from firesafe.store.sqlite import SQLiteStore
+from firesafe.stores.sqlite import SQLiteStore
 from firesafe.worker import Worker
 from firesafe.worker.executor import ProcessDeath
 

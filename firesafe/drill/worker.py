@@ -206,7 +206,7 @@ class Injector:
 
 def prepare(app: Any, store_url: str, injector: Injector, jobs: list[str]) -> None:
     """Point the app at the scratch store (faulty), silence what reaches people, wrap the jobs."""
-    from firesafe.store import open_store
+    from firesafe.stores import open_store
 
     store = open_store(store_url)
     app._store = FaultyStore(store, injector.store_fault)
@@ -234,11 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
     os.environ["FIRESAFE_STORE"] = opts.store  # an App() without a URL in the user's module gets the scratch store
-    from firesafe.cli._loader import load_app
+    from firesafe.loader import load_app
 
     try:
         app = load_app(opts.target)
-    except Exception as exc:  # click's error from the loader: one line
+    except Exception as exc:  # the loader's error: one line
         print(f"drill worker: {getattr(exc, 'message', exc)}", file=sys.stderr)
         return 2
     jobs = [j for j in opts.jobs.split(",") if j]

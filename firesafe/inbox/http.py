@@ -28,10 +28,8 @@ from firesafe.inbox.events import EventConflict, Source, json_kind
 from firesafe.inbox.verify import Unverified
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
 
     from firesafe.app import App
-    from firesafe.dashboard.security import Token
 
 log = logging.getLogger("firesafe.inbox")
 
@@ -140,18 +138,3 @@ def event_routes(app: App) -> list[Route]:
 def create_app(app: App) -> Starlette:
     """An ASGI app with the event endpoint alone (``firesafe serve --no-dashboard``)."""
     return Starlette(routes=event_routes(app))
-
-
-def create_server_app(app: App, token: str | Token | Sequence[Token] | None = None, *,
-                      public_url: str | None = None) -> Starlette:
-    """The dashboard's ASGI app with ``POST /events/{source}`` added (what ``firesafe serve`` runs).
-
-    The event paths skip the dashboard's token and CSRF checks: each source verifies its own
-    requests (a signature or a bearer token). ``public_url`` is the dashboard's, as in
-    :func:`firesafe.dashboard.create_app`.
-    """
-    from firesafe.dashboard import create_app as dashboard
-
-    web = dashboard(app, token, public_prefixes=["/events/"], public_url=public_url)
-    web.router.routes[:0] = event_routes(app)
-    return web

@@ -23,7 +23,6 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from firesafe.errors import ConfigError
 
@@ -148,14 +147,3 @@ def guarded_protocol(limits: Limits) -> type[asyncio.Protocol]:
             self._timer = self.loop.call_later(LINGER, self.transport.close)
 
     return GuardedH11Protocol
-
-
-def server_config(asgi: Any, host: str, port: int, log_level: str = "info", access_log: bool = True,
-                  forwarded_allow_ips: str | list[str] | None = None, limits: Limits | None = None) -> Any:
-    """uvicorn's settings for ``firesafe serve``: the dashboard's (see
-    :func:`firesafe.dashboard.server.uvicorn_config`), on the protocol that keeps ``limits``."""
-    from firesafe.dashboard.server import uvicorn_config
-
-    config = uvicorn_config(asgi, host, port, log_level, access_log, forwarded_allow_ips)
-    config.http = guarded_protocol(limits or Limits())
-    return config

@@ -158,7 +158,10 @@ def admitted(fin: FinishParams, limiters: tuple[str, ...], at: float) -> FinishP
 
 
 class Gate:
-    """The limiters of one worker's app."""
+    """The limiters of one worker's app. It plugs into the worker through its public parts only: the
+    worker's ``app``, ``store``, ``random``, ``stats``, ``concurrency`` and :meth:`Worker.leases`,
+    and its completer, which books the attempts the gate gives back (:meth:`Completer.give_back`)
+    and keeps what a store fault stopped it from writing (:meth:`Completer.keep`)."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
@@ -189,7 +192,7 @@ class Gate:
             limited = {it.job_id for it in items}
             back = [released(c, "the store failed before the job's limiters were checked")
                     for c in claimed if c.job.id in limited]
-            self.worker._unsaved.append((back, None, False))  # given back once the store answers
+            self.worker.completer.keep(back)  # given back once the store answers
             raise
         refused: set[int] = set()
         now = time.monotonic()
@@ -292,7 +295,7 @@ class Gate:
         """Report limited attempts to their limiters; return what is left to save as usual.
 
         Attempts given back (a pause or an open breaker, a refused ``ctx.limit``) are written by the
-        report's transaction and booked here.
+        report's transaction and booked through the worker's completer (:meth:`Completer.give_back`).
         """
         reports: list[Report] = []
         index: list[int] = []
@@ -309,14 +312,14 @@ class Gate:
                 reports.append(report)
                 index.append(i)
         if len(self._held) > 4 * self.worker.concurrency + 100:  # attempts whose result was dropped
-            live = {(r.claimed.job.id, r.claimed.token) for r in self.worker._running.values()}
+            live = self.worker.leases()
             self._held = {k: v for k, v in self._held.items() if k in live}
         if not reports:
             return finishes, meta
         try:
             verdicts = self.store.limiter_report_many(self.specs, reports)
         except StoreError:
-            self.worker._unsaved.append((finishes, meta, keep_slots))  # saved plainly once the store answers
+            self.worker.completer.keep(finishes, meta, keep_slots=keep_slots)  # saved plainly once the store answers
             raise
         taken: set[int] = set()
         booked: list[FinishParams] = []
@@ -333,7 +336,7 @@ class Gate:
                 heapq.heappush(self._due, time.monotonic() + v.delay)
                 WAITS.note(v.limiter, "paused" if report.pause_for is not None else "limit", v.delay)
         if booked:
-            self.worker._book(booked, booked_meta, applied, keep_slots)
+            self.worker.completer.give_back(booked, booked_meta, applied, keep_slots=keep_slots)
         if not taken:
             return finishes, meta
         rest = [f for i, f in enumerate(finishes) if i not in taken]

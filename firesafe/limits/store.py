@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -170,50 +169,30 @@ def _wait_message(limiter: str, why: str | None, delay: float) -> str:
 
 
 class LimitsStore(StorePart):
-    """The limiter methods of a store (:class:`~firesafe.store.contract.LimiterStore`), written once; a
-    dialect mixin supplies the ``_lim_*`` adapters."""
+    """The limiter methods of a store (:class:`~firesafe.store.contract.LimiterStore`), written once
+    against the driver; a dialect mixin supplies the two steps that differ (``_lim_now``, ``_lim_waits``)."""
 
-    # -- dialect adapters (implemented by LimitsSQLite / LimitsPostgres) ---------------------
-    def _lim_tx(self) -> AbstractContextManager[Any]:
-        """A connection inside one write transaction."""
-        raise NotImplementedError
-
+    # -- what differs by dialect (implemented by LimitsSQLite / LimitsPostgres) ---------------
     def _lim_now(self, c: Any) -> float:
         """The store's clock, read inside the transaction (after its locks are taken)."""
-        raise NotImplementedError
-
-    def _lim_exec(self, c: Any, name: str, params: Mapping[str, Any]) -> Any:
-        """Run a named query of the limits part on ``c``; returns the cursor."""
-        raise NotImplementedError
-
-    def _lim_exec_many(self, c: Any, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Run a named query once per row, batched as the driver can."""
-        raise NotImplementedError
-
-    def _lim_list(self, values: Sequence[Any]) -> Any:
-        """A list parameter as the dialect takes it (JSON text on SQLite, an array on PostgreSQL)."""
         raise NotImplementedError
 
     def _lim_waits(self, c: Any, now: float, waits: list[dict[str, Any]]) -> set[int]:
         """Give attempts back and schedule their jobs at their turns; the job ids that applied."""
         raise NotImplementedError
 
-    def _lim_read(self, name: str, params: Mapping[str, Any]) -> list[Any]:
-        """Run a named read outside any transaction."""
-        raise NotImplementedError
-
     # -- shared steps ----------------------------------------------------------------------------
     def _lim_load(self, c: Any, specs: Sequence[LimiterSpec]) -> tuple[float, dict[str, LimiterState]]:
         """Create missing rows, lock the rows (name order), then read the clock and the states."""
         names = sorted(s.name for s in specs)
-        rows = self._lim_exec(c, "limiter_lock", {"names": self._lim_list(names)}).fetchall()
+        rows = c.execute(self.q["limiter_lock"], {"names": self._list(names)}).fetchall()
         missing = set(names) - {r["name"] for r in rows}
         if missing:  # not recorded yet (limiter_sync runs when a worker starts): a full bucket
             now0 = self._lim_now(c)
             for spec in specs:
                 if spec.name in missing:
-                    self._lim_exec(c, "limiter_insert", _spec_params(spec, now0))
-            rows = self._lim_exec(c, "limiter_lock", {"names": self._lim_list(names)}).fetchall()
+                    c.execute(self.q["limiter_insert"], _spec_params(spec, now0))
+            rows = c.execute(self.q["limiter_lock"], {"names": self._list(names)}).fetchall()
         now = self._lim_now(c)
         return now, {r["name"]: state_of(r) for r in rows}
 
@@ -221,17 +200,17 @@ class LimitsStore(StorePart):
                   after: Mapping[str, LimiterState]) -> None:
         for name, st in after.items():
             if before.get(name) != st:
-                self._lim_exec(c, "limiter_save", _state_params(name, st, now))
+                c.execute(self.q["limiter_save"], _state_params(name, st, now))
 
     def _lim_events(self, c: Any, now: float, events: list[tuple[str, str, str | None, dict[str, Any],
                                                                    int | None]]) -> None:
         for limiter, kind, actor, detail, job_id in events:
             detail = {k: (_iso(v) if k in _TIME_FIELDS else v) for k, v in detail.items() if v is not None}
             text = json.dumps(detail, sort_keys=True)
-            self._lim_exec(c, "limiter_event_insert", {"limiter": limiter, "now": now, "kind": kind,
+            c.execute(self.q["limiter_event_insert"], {"limiter": limiter, "now": now, "kind": kind,
                                                        "actor": actor, "detail": text})
             if job_id is not None:
-                self._lim_exec(c, "event_insert", {"job_id": job_id, "now": now, "kind": kind, "actor": actor,
+                c.execute(self.q["event_insert"], {"job_id": job_id, "now": now, "kind": kind, "actor": actor,
                                                    "detail": json.dumps({"limiter": limiter, **detail},
                                                                         sort_keys=True)})
 
@@ -239,10 +218,10 @@ class LimitsStore(StorePart):
     def limiter_sync(self, specs: Sequence[LimiterSpec]) -> None:
         """Record the declared limiters (their settings, for display); creates missing ones with a
         full bucket. Settings are last-writer-wins; the state (tokens, pause, breaker) is kept."""
-        with self._lim_tx() as c:
+        with self._tx() as c:
             now = self._lim_now(c)
             for spec in specs:
-                self._lim_exec(c, "limiter_upsert", _spec_params(spec, now))
+                c.execute(self.q["limiter_upsert"], _spec_params(spec, now))
 
     def limiter_acquire_many(self, specs: Mapping[str, LimiterSpec], items: Sequence[Acquire]) -> list[Grant]:
         """Decide, for claimed jobs in order, which may start under all their limiters now.
@@ -255,15 +234,15 @@ class LimitsStore(StorePart):
         if not items:
             return []
         used = sorted({n for it in items for n in it.limiters})
-        with self._lim_tx() as c:
+        with self._tx() as c:
             now, states = self._lim_load(c, [specs[n] for n in used])
             before = dict(states)
             conc = [n for n in used if specs[n].concurrency is not None]
             live: dict[str, int] = {}
             if conc:
-                self._lim_exec(c, "limiter_slots_prune", {"names": self._lim_list(conc), "now": now})
+                c.execute(self.q["limiter_slots_prune"], {"names": self._list(conc), "now": now})
                 live = {r["limiter"]: r["n"] for r in
-                        self._lim_exec(c, "limiter_slots_count", {"names": self._lim_list(conc)}).fetchall()}
+                        c.execute(self.q["limiter_slots_count"], {"names": self._list(conc)}).fetchall()}
             alive = {n: self._probe_alive(c, st, now) for n, st in states.items() if st.breaker == bucket.HALF_OPEN}
             grants: list[Grant] = []
             slots: list[dict[str, Any]] = []
@@ -303,7 +282,7 @@ class LimitsStore(StorePart):
                                   "detail": json.dumps({"limiter": blocker, "why": why,
                                                         "wait": round(delay, 6)})})
             if slots:
-                self._lim_exec_many(c, "limiter_slot_take", slots)
+                self._exec_many(c, "limiter_slot_take", slots)
             applied = self._lim_waits(c, now, waits) if waits else set()
             self._lim_save(c, now, before, states)
         deferred = {w["job_id"] for w in waits}
@@ -312,7 +291,7 @@ class LimitsStore(StorePart):
     def _probe_alive(self, c: Any, st: LimiterState, now: float) -> bool:
         if st.probe_job is None:
             return False
-        row = self._lim_exec(c, "limiter_job_live", {"job_id": st.probe_job, "token": st.probe_token,
+        row = c.execute(self.q["limiter_job_live"], {"job_id": st.probe_job, "token": st.probe_token,
                                                      "now": now}).fetchone()
         return bool(row and row["n"])
 
@@ -326,7 +305,7 @@ class LimitsStore(StorePart):
         if not items:
             return []
         used = sorted({n for it in items for n in it.limiters})
-        with self._lim_tx() as c:
+        with self._tx() as c:
             now, states = self._lim_load(c, [specs[n] for n in used])
             before = dict(states)
             verdicts: list[Verdict] = []
@@ -347,7 +326,7 @@ class LimitsStore(StorePart):
                         wait_until, blocker = r.wait_until, n
                 if it.release:
                     for n in it.limiters:
-                        self._lim_exec(c, "limiter_slot_release", {"limiter": n, "job_id": it.job_id,
+                        c.execute(self.q["limiter_slot_release"], {"limiter": n, "job_id": it.job_id,
                                                                    "token": it.token})
                 if wait_until is not None:  # a pause or an open breaker: a turn in the line
                     delay, states[blocker] = bucket.defer(specs[blocker], states[blocker], now, wait_until,
@@ -382,7 +361,7 @@ class LimitsStore(StorePart):
         attempt is not touched here: its outcome is saved later with this pause
         (``Report.pause_until``), which then adds nothing to it. A pause only ever grows."""
         names = sorted(set(limiters))
-        with self._lim_tx() as c:
+        with self._tx() as c:
             now, states = self._lim_load(c, [specs[n] for n in names])
             after: dict[str, LimiterState] = {}
             events: list[tuple[str, str, str | None, dict[str, Any], int | None]] = []
@@ -396,9 +375,9 @@ class LimitsStore(StorePart):
         return max(st.paused_until or now + seconds for st in after.values())
 
     def _lim_one(self, c: Any, name: str) -> tuple[LimiterSpec, LimiterState, float]:
-        rows = self._lim_exec(c, "limiter_lock", {"names": self._lim_list([name])}).fetchall()
+        rows = c.execute(self.q["limiter_lock"], {"names": self._list([name])}).fetchall()
         if not rows:
-            known = ", ".join(r["name"] for r in self._lim_exec(c, "limiter_names", {}).fetchall()) or "none"
+            known = ", ".join(r["name"] for r in c.execute(self.q["limiter_names"], {}).fetchall()) or "none"
             raise InvalidInput(f"no limiter named {name!r} in this store (known: {known}); a worker records the "
                                "limiters its app declares when it starts")
         return spec_of(rows[0]), state_of(rows[0]), self._lim_now(c)
@@ -410,7 +389,7 @@ class LimitsStore(StorePart):
             raise InvalidInput("give seconds or until, not both (and not neither)")
         if seconds is not None and not seconds >= 0:
             raise InvalidInput(f"a pause needs seconds >= 0, not {seconds!r}")
-        with self._lim_tx() as c:
+        with self._tx() as c:
             _spec, st, now = self._lim_one(c, name)
             end = now + seconds if seconds is not None else float(until) if until is not None else now
             new, started = bucket.pause(st, now, end, reason or "manual")
@@ -426,9 +405,9 @@ class LimitsStore(StorePart):
         """Lift a pause and close the breaker now; jobs waiting for the limiter are released at its
         pace (spread over the line). Returns the status and how many waiting jobs were released.
         The ``resumed`` event records ``actor`` and, in its detail, ``reason``."""
-        with self._lim_tx() as c:
+        with self._tx() as c:
             spec, st, now = self._lim_one(c, name)
-            released = self._lim_exec(c, "limiter_jobs_release", {"reason": REASON_PREFIX + name, "now": now,
+            released = c.execute(self.q["limiter_jobs_release"], {"reason": REASON_PREFIX + name, "now": now,
                                                                   "spacing": spec.spacing}).rowcount
             new = bucket.resume(st, now)
             new = replace(new, line_at=now + max(released, 0) * spec.spacing)
@@ -447,7 +426,7 @@ class LimitsStore(StorePart):
         """Every limiter recorded in the store, with tokens now, slots in use and jobs waiting."""
         now = self._lim_clock()
         out = []
-        for r in self._lim_read("limiter_list", {"now": now}):
+        for r in self._read("limiter_list", {"now": now}):
             spec, st = spec_of(r), state_of(r)
             out.append(LimiterStatus(
                 name=spec.name, rate=spec.rate, burst=spec.burst, concurrency=spec.concurrency,
@@ -468,7 +447,7 @@ class LimitsStore(StorePart):
         """Limiter events with an id above ``after_id``, oldest first (a consumer keeps the last id it
         read); with ``newest``, the latest ``limit`` events, still oldest first."""
         query = "limiter_event_latest" if newest else "limiter_event_list"
-        rows = self._lim_read(query, {"after": after_id, "limiter": limiter, "limit": limit})
+        rows = self._read(query, {"after": after_id, "limiter": limiter, "limit": limit})
         if newest:
             rows = list(reversed(rows))
         return [LimiterEvent(r["id"], r["limiter"], to_datetime(r["at"]), r["kind"], r["actor"],

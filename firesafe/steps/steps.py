@@ -9,6 +9,7 @@ it to the provider (an ``Idempotency-Key`` header) and the provider closes that 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import json
@@ -87,11 +88,19 @@ class DurableSleep(RetryAfter):
     """Raised by ``ctx.sleep``: the job is put back and resumes after the wait (no worker held)."""
 
 
+def _run_alone(awaitable: Any) -> Any:
+    """An async step's result outside a worker's pool thread: on an event loop of its own."""
+    return asyncio.run(asyncio.wait_for(awaitable, None))
+
+
 class Steps:
     """The step record of one attempt (``ctx.step`` and ``ctx.sleep`` use it)."""
 
-    def __init__(self, store: Store, job_id: int, token: str) -> None:
+    def __init__(self, store: Store, job_id: int, token: str,
+                 run_coroutine: Callable[[Any], Any] | None = None) -> None:
         self._store = store
+        #: runs an async step's coroutine to its result (the worker's: on the pool thread's own loop)
+        self._run_coroutine = run_coroutine or _run_alone
         self._job_id = job_id
         self._token = token
         self._recorded: dict[int, StepRecord] | None = None  # by the position each was recorded at
@@ -153,9 +162,7 @@ class Steps:
         try:
             value = fn(*args, **kwargs)
             if inspect.isawaitable(value):
-                from firesafe.worker.pool import run_coroutine  # the worker package imports this one
-
-                value = run_coroutine(value, None)
+                value = self._run_coroutine(value)
         except Exception as exc:
             self._failed(name, exc)
             raise

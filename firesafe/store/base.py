@@ -76,6 +76,8 @@ class Expired:
     lost: int
     runs: int
     cancel_requested: bool
+    key: str = ""
+    queue: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The store contract: every method a store offers, declared in one place, one Protocol per part.
 
-:class:`Store` combines the parts; :class:`~firesafe.store.sqlite.SQLiteStore` and
-:class:`~firesafe.store.postgres.PostgresStore` implement all of it, and the contract suite
+:class:`Store` combines the parts; :class:`~firesafe.stores.sqlite.SQLiteStore` and
+:class:`~firesafe.stores.postgres.PostgresStore` implement all of it, and the contract suite
 (tests/contract) runs on both. A caller typed ``Store`` sees every method, and the type checker
 checks each call and each store against these signatures (``open_store`` returns either store as a
 ``Store``). What a store can do beyond the contract is said by its capability attributes
@@ -37,11 +37,11 @@ from firesafe.store.base import (
 if TYPE_CHECKING:  # the parts' record types; imported for the checker only (the parts import the store)
     from firesafe.alerts.store import AlertRecord, ClaimedDelivery, NewAlert, OutboxEvent, QueueBacklog
     from firesafe.clock import Clock
-    from firesafe.dashboard.store import Bucket, DeadGroup, QueueLag
     from firesafe.deadletters.audit import AuditEntry
     from firesafe.limits.bucket import LimiterSpec
     from firesafe.limits.store import Acquire, Grant, LimiterEvent, LimiterStatus, Report, Verdict
     from firesafe.schedules.store import AdvanceParams, MissedWindow, NewEvent, ScheduleEvent, ScheduleState
+    from firesafe.store.dashboard import Bucket, DeadGroup, QueueLag
 
 
 @runtime_checkable
@@ -493,7 +493,7 @@ class LimiterStore(Protocol):
 
 @runtime_checkable
 class DashboardStore(Protocol):
-    """What the dashboard reads beyond the core (read-only; records: :mod:`firesafe.dashboard.store`)."""
+    """What the dashboard reads beyond the core (read-only; records: :mod:`firesafe.store.dashboard`)."""
 
     def attempt_buckets(self, since: float, until: float, width: float) -> list[Bucket]:
         """Attempts that ended in ``[since, until)``, counted per ``width``-second bucket and outcome."""
@@ -530,8 +530,8 @@ class AuditStore(Protocol):
 @runtime_checkable
 class Store(StoreBasics, JobStore, MoveStore, LeaseStore, StepStore, AlertStore, ScheduleStore, InboxStore,
             LimiterStore, DashboardStore, AuditStore, Protocol):
-    """One store of jobs: every part above. Implementations: :class:`~firesafe.store.sqlite.SQLiteStore`,
-    :class:`~firesafe.store.postgres.PostgresStore`."""
+    """One store of jobs: every part above. Implementations: :class:`~firesafe.stores.sqlite.SQLiteStore`,
+    :class:`~firesafe.stores.postgres.PostgresStore`."""
 
 
 class Listening(Protocol):

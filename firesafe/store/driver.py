@@ -13,7 +13,7 @@ with its open transaction's connection, e.g. ``alert_record(..., conn=c)``.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,6 +28,7 @@ class StoreDriver(Protocol):
     """What every part may use, on either dialect."""
 
     dialect: str
+    q: Mapping[str, str]  # the named queries of this store's dialect
 
     def now(self) -> float:
         """The store's clock, in seconds since the epoch."""
@@ -40,6 +41,26 @@ class StoreDriver(Protocol):
 
     def _read(self, name: str, params: dict[str, Any] | None = None) -> Any:
         """Run a named read query outside any transaction; its rows, each readable by column name."""
+        ...
+
+    def _tx(self) -> AbstractContextManager[Any]:
+        """A connection inside one write transaction: committed when the block ends, rolled back if it
+        raises. ``c.execute(self.q[name], params)`` runs a named query on it and returns a cursor
+        (``fetchone``, ``fetchall``, ``rowcount``); its rows are readable by column name."""
+        ...
+
+    def _execute(self, name: str, params: dict[str, Any]) -> int:
+        """Run one named write statement, committed on its own; its row count. (PostgreSQL: one
+        autocommit statement, one round trip; SQLite: a ``_tx`` of one statement.)"""
+        ...
+
+    def _exec_many(self, c: Any, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Run a named write once per row on ``c`` (a ``_tx`` connection), batched as the dialect can."""
+        ...
+
+    def _list(self, values: Iterable[Any]) -> Any:
+        """A list as one query parameter: JSON text on SQLite (its queries read it with ``json_each``),
+        an array on PostgreSQL."""
         ...
 
 
@@ -69,13 +90,16 @@ class SQLiteDriver(StoreDriver, Protocol):
 class PostgresDriver(StoreDriver, Protocol):
     """The PostgreSQL store's driver: pooled autocommit connections, queries rendered for its schema."""
 
-    q: Mapping[str, str]
     channel: str
     clock: Clock | None
 
     def _conn(self) -> AbstractContextManager[psycopg.Connection[Any]]:
         """A pooled autocommit connection (``with c.transaction():`` for a transaction); database
         errors come out as StoreError."""
+        ...
+
+    def _tx(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """A pooled connection inside ``transaction()``."""
         ...
 
     def _read(self, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ Tables live in their own schema (``?schema=NAME`` in the URL, default ``firesafe
 ``FOR UPDATE SKIP LOCKED``; each batch (claim, finishes, heartbeats, rescues) is one statement, so it
 is atomic and costs one round trip. Times come from the database's clock unless a clock is injected
 (tests), so workers whose clocks disagree never steal a live lease. Enqueues ``NOTIFY`` the schema's
-channel when they commit; :meth:`PostgresStore.listen` lets an idle worker wake at once.
+channel when they commit; :meth:`PostgresCore.listen` lets an idle worker wake at once.
 Commits are synchronous (the server's default): a job whose enqueue returned survives a crash.
 
 Enqueue in your own transaction (the transactional outbox): the job exists if and only if your
@@ -29,10 +29,10 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import psycopg
@@ -42,25 +42,17 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from firesafe.alerts.store_postgres import AlertsPostgres
 from firesafe.clock import Clock
-from firesafe.dashboard.store_queries import DashboardQueries
-from firesafe.deadletters.audit import AuditPostgres
 from firesafe.errors import ConfigError, InvalidInput, StoreDataError, StoreError
-from firesafe.inbox.store_postgres import InboxPostgres
-from firesafe.limits.store_postgres import LimitsPostgres
 from firesafe.models import Job, attempt_from_row, event_from_row
 from firesafe.sanitize import for_store
-from firesafe.schedules.store_postgres import SchedulesPostgres
 from firesafe.states import State
-from firesafe.steps.store_postgres import StepsPostgres
 from firesafe.store import queries
 from firesafe.store.base import (
     Claimed,
     ClaimParams,
     DeadFilter,
     DeadPage,
-    Expired,
     FinishParams,
     InsertParams,
     JobFilter,
@@ -74,6 +66,8 @@ from firesafe.store.base import (
     dedupe_batch,
     in_batch_order,
 )
+from firesafe.store.common import CoreCommon
+from firesafe.store.dashboard_queries import DashboardQueries
 
 log = logging.getLogger("firesafe.store")
 
@@ -297,7 +291,7 @@ class _NewJobs:
 # Fork safety: a child must never use, nor close, the connections it inherited (closing one sends
 # the server a Terminate message on the parent's socket). After a fork every store points its
 # inherited sockets at /dev/null and starts afresh.
-_STORES: weakref.WeakSet[PostgresStore] = weakref.WeakSet()
+_STORES: weakref.WeakSet[PostgresCore] = weakref.WeakSet()
 _INHERITED: list[Any] = []  # objects of the parent, kept alive so they are never finalised mid-run
 
 
@@ -309,15 +303,21 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostgres, AlertsPostgres,
-                    DashboardQueries, AuditPostgres, MovesByQuery):
-    """The :class:`~firesafe.store.contract.Store` (and :class:`~firesafe.store.contract.ListenStore`)
-    in a PostgreSQL schema."""
+class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
+    """The core of the :class:`~firesafe.store.contract.Store` (and
+    :class:`~firesafe.store.contract.ListenStore`) in a PostgreSQL schema: jobs, attempts, events, leases,
+    LISTEN/NOTIFY and the dashboard's reads. :class:`firesafe.stores.PostgresStore` adds each part's storage."""
 
     dialect = "postgres"
     concurrent_writers = True
     supports_listen = True  # LISTEN/NOTIFY: see listen
     path: str | None = None  # no file: the server keeps the data
+
+    if TYPE_CHECKING:  # provided by the alerts part's storage (firesafe/alerts/store_postgres.py), mixed in above
+        def _outbox_dead(self, conn: psycopg.Connection[Any], job_ids: Sequence[int], now: float | None) -> None: ...
+
+        def _write_with_outbox(self, name: str, params: dict[str, Any],
+                               dead_ids: Sequence[int]) -> list[dict[str, Any]]: ...
 
     def __init__(self, url: str, clock: Clock | None = None, *, pool_min: int = 1, pool_max: int = 8,
                  timeout: float = 5.0, application_name: str = "firesafe") -> None:
@@ -474,6 +474,23 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
         err = StoreError(msg)
         err.__cause__ = exc
         return err
+
+    @contextmanager
+    def _tx(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._conn() as c, c.transaction():
+            yield c
+
+    def _execute(self, name: str, params: dict[str, Any]) -> int:
+        with self._conn() as c:
+            return c.execute(self.q[name], params).rowcount
+
+    def _exec_many(self, c: psycopg.Connection[Any], name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            with c.cursor() as cur:  # psycopg pipelines executemany: one round trip for the batch
+                cur.executemany(self.q[name], [dict(r) for r in rows])
+
+    def _list(self, values: Iterable[Any]) -> list[Any]:
+        return list(values)
 
     def _read(self, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         with self._conn() as c:
@@ -769,11 +786,6 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
                                              "lease": lease, "now": self._now()})
         return {r["id"]: bool(r["cancel_requested"]) for r in rows}
 
-    def job_list_expired(self, limit: int) -> list[Expired]:
-        rows = self._read("job_list_expired", {"now": self._now(), "limit": limit})
-        return [Expired(r["id"], r["name"], r["lease_token"], r["attempt"], r["max_attempts"], r["deferrals"],
-                        r["lost"], r["runs"], bool(r["cancel_requested"])) for r in rows]
-
     def worker_process_gone(self, prefix: str, detail: dict[str, Any] | None = None) -> int:
         check_worker_prefix(prefix)
         with self._conn() as c, c.transaction():
@@ -806,16 +818,10 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
             rows = c.execute(self.q["job_list"], self._filter_params(filt), binary=True).fetchall()
         return [Job.from_row(r) for r in rows]
 
-    def job_count(self, filt: JobFilter) -> int:
-        return int(self._read("job_count", self._filter_params(filt))[0]["n"])
-
     def dead_list(self, filt: DeadFilter) -> DeadPage:
         with self._conn() as c:
             rows = c.execute(self.q["dead_list"], dead_params(filt), binary=True).fetchall()
         return dead_page(rows, filt.limit, Job.from_row)
-
-    def dead_count(self, filt: DeadFilter) -> int:
-        return int(self._read("dead_count", dead_params(filt))[0]["n"])
 
     def _move_many(self, query: str, kind: str, ids: Sequence[int], actor: str, detail: str | None) -> list[int]:
         if not ids:
@@ -830,29 +836,13 @@ class PostgresStore(InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostg
             return c.execute(self.q["job_delete_finished"], {
                 "state": str(state), "older_than": older_than, "limit": limit, "now": self._now()}).rowcount
 
-    def job_stats(self) -> list[tuple[str, str, int]]:
-        return [(r["queue"], r["state"], r["n"]) for r in self._read("job_stats")]
-
     def job_pending(self, queues: Sequence[str]) -> Pending:
         r = self._read("job_pending", {"now": self._now(), "queues": _text_array(queues)})[0]
         return Pending(r["runnable"], r["running"], r["next_at"], r["suspects"])
 
     # -- workers and leaders -----------------------------------------------------------------
-    def worker_beat(self, worker_id: str, host: str, pid: int, queues: Sequence[str]) -> None:
-        self._write("worker_beat", {"id": worker_id, "host": host, "pid": pid, "queues": ",".join(queues),
-                                    "now": self._now()})
-
-    def worker_remove(self, worker_id: str) -> None:
-        self._write("worker_remove", {"id": worker_id})
-
-    def worker_list(self) -> list[dict[str, Any]]:
-        return self._read("worker_list")
-
     def leader_acquire(self, name: str, holder: str, ttl: float) -> bool:
         return bool(self._write("leader_acquire", {"name": name, "holder": holder, "ttl": ttl, "now": self._now()}))
-
-    def leader_release(self, name: str, holder: str) -> None:
-        self._write("leader_release", {"name": name, "holder": holder})
 
     # -- wake-ups ----------------------------------------------------------------------------
     def listen(self, queues: Sequence[str], wake: Callable[[], None] | None = None) -> Listener:
@@ -889,7 +879,7 @@ class Listener:
 
     POLL = 0.25  # how often the thread looks at its stop flag while waiting for notifications
 
-    def __init__(self, store: PostgresStore, queues: Sequence[str], wake: Callable[[], None] | None) -> None:
+    def __init__(self, store: PostgresCore, queues: Sequence[str], wake: Callable[[], None] | None) -> None:
         self.store = store
         self.queues = frozenset(queues)
         self._wake = wake

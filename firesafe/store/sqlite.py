@@ -14,29 +14,21 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from firesafe.alerts.store_sqlite import AlertsSQLite
 from firesafe.clock import Clock, SystemClock
-from firesafe.dashboard.store_queries import DashboardQueries
-from firesafe.deadletters.audit import AuditSQLite
 from firesafe.errors import OtherTables, StoreDataError, StoreError
-from firesafe.inbox.store_sqlite import InboxSQLite
-from firesafe.limits.store_sqlite import LimitsSQLite
 from firesafe.models import Job, attempt_from_row, event_from_row
 from firesafe.sanitize import for_store
-from firesafe.schedules.store_sqlite import SchedulesSQLite
 from firesafe.states import Outcome, State
-from firesafe.steps.store_sqlite import StepsSQLite
 from firesafe.store import queries
 from firesafe.store.base import (
     Claimed,
     ClaimParams,
     DeadFilter,
     DeadPage,
-    Expired,
     FinishParams,
     InsertParams,
     JobFilter,
@@ -50,6 +42,8 @@ from firesafe.store.base import (
     dedupe_batch,
     in_batch_order,
 )
+from firesafe.store.common import CoreCommon
+from firesafe.store.dashboard_queries import DashboardQueries
 
 Q = queries.load("sqlite")
 #: job_claim for jobs never lost (False) and for suspects (True): see the query's comment.
@@ -98,14 +92,18 @@ def _refused(exc: Exception, path: str) -> StoreDataError:
     return err
 
 
-class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, AlertsSQLite, DashboardQueries,
-                  AuditSQLite, MovesByQuery):
-    """The :class:`~firesafe.store.contract.Store` in one SQLite file."""
+class SQLiteCore(CoreCommon, DashboardQueries, MovesByQuery):
+    """The core of the :class:`~firesafe.store.contract.Store` in one SQLite file: jobs, attempts, events,
+    leases and the dashboard's reads. :class:`firesafe.stores.SQLiteStore` adds each part's storage."""
 
     dialect = "sqlite"
     concurrent_writers = False  # one writer at a time
     supports_listen = False
     schema: str | None = None  # SQLite has no schemas: firesafe's tables are the file's firesafe_* tables
+    q: Mapping[str, str] = Q
+
+    if TYPE_CHECKING:  # provided by the alerts part's storage (firesafe/alerts/store_sqlite.py), mixed in above
+        def _outbox_dead(self, conn: sqlite3.Connection, job_ids: Sequence[int], now: float | None) -> None: ...
 
     def __init__(self, path: str, clock: Clock | None = None, *, busy_timeout: float = 30.0,
                  synchronous: str = "FULL") -> None:
@@ -291,6 +289,16 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
         except UnicodeError as exc:
             raise _refused(exc, self.path) from exc
 
+    def _execute(self, name: str, params: dict[str, Any]) -> int:
+        with self._tx() as c:
+            return c.execute(Q[name], params).rowcount
+
+    def _exec_many(self, c: sqlite3.Connection, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        c.executemany(Q[name], [dict(r) for r in rows])
+
+    def _list(self, values: Iterable[Any]) -> str:
+        return json.dumps(list(values))
+
     def _read_conn(self) -> sqlite3.Connection:
         conn = self._conn()
         self._check_file_due()
@@ -435,11 +443,6 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
                     held[job_id] = bool(row[0])
         return held
 
-    def job_list_expired(self, limit: int) -> list[Expired]:
-        rows = self._read("job_list_expired", {"now": self.now(), "limit": limit})
-        return [Expired(r["id"], r["name"], r["lease_token"], r["attempt"], r["max_attempts"], r["deferrals"],
-                        r["lost"], r["runs"], bool(r["cancel_requested"])) for r in rows]
-
     def worker_process_gone(self, prefix: str, detail: dict[str, Any] | None = None) -> int:
         check_worker_prefix(prefix)
         now, why = self.now(), json.dumps(detail or {})
@@ -480,14 +483,8 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
     def job_list(self, filt: JobFilter) -> list[Job]:
         return [Job.from_row(r) for r in self._read("job_list", self._filter_params(filt))]
 
-    def job_count(self, filt: JobFilter) -> int:
-        return int(self._read("job_count", self._filter_params(filt))[0][0])
-
     def dead_list(self, filt: DeadFilter) -> DeadPage:
         return dead_page(self._read("dead_list", dead_params(filt)), filt.limit, Job.from_row)
-
-    def dead_count(self, filt: DeadFilter) -> int:
-        return int(self._read("dead_count", dead_params(filt))[0][0])
 
     def _move_many(self, query: str, kind: str, ids: Sequence[int], actor: str, detail: str | None) -> list[int]:
         now = self.now()
@@ -505,35 +502,16 @@ class SQLiteStore(InboxSQLite, StepsSQLite, LimitsSQLite, SchedulesSQLite, Alert
             return c.execute(Q["job_delete_finished"], {
                 "state": str(state), "before": self.now() - older_than, "limit": limit}).rowcount
 
-    def job_stats(self) -> list[tuple[str, str, int]]:
-        return [(r["queue"], r["state"], r["n"]) for r in self._read("job_stats")]
-
     def job_pending(self, queues: Sequence[str]) -> Pending:
         r = self._read("job_pending", {"now": self.now(), "queues": json.dumps(list(queues))})[0]
         return Pending(r["runnable"], r["running"], r["next_at"], r["suspects"])
 
     # -- workers and leaders -----------------------------------------------------------------
-    def worker_beat(self, worker_id: str, host: str, pid: int, queues: Sequence[str]) -> None:
-        with self._tx() as c:
-            c.execute(Q["worker_beat"], {"id": worker_id, "host": host, "pid": pid,
-                                         "queues": ",".join(queues), "now": self.now()})
-
-    def worker_remove(self, worker_id: str) -> None:
-        with self._tx() as c:
-            c.execute(Q["worker_remove"], {"id": worker_id})
-
-    def worker_list(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in self._read("worker_list")]
-
     def leader_acquire(self, name: str, holder: str, ttl: float) -> bool:
         with self._tx() as c:
             row = c.execute(Q["leader_acquire"], {"name": name, "holder": holder, "ttl": ttl,
                                                   "now": self.now()}).fetchone()
         return row is not None
-
-    def leader_release(self, name: str, holder: str) -> None:
-        with self._tx() as c:
-            c.execute(Q["leader_release"], {"name": name, "holder": holder})
 
 
 def _dicts(conn: sqlite3.Connection, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ A worker concludes attempts (the executor decides, firesafe/worker/executor.py) 
 outcomes to its :class:`Completer`. The completer writes them under their lease tokens, always
 through :func:`~firesafe.worker.pipeline.transact`, and only once their transaction has committed
 hands them back to the worker to account for (``book``: slots freed, counts, log lines, hooks).
-Nothing is reported done before its commit, and no outcome is written by any other route:
+Nothing is reported done before its commit, and no outcome is booked by any other route:
 
 - **group commit**: a batch's outcomes wait in the outbox (:meth:`Completer.complete` with
   ``hold``) and leave with the next claim, in one transaction (:meth:`Completer.claim`:
@@ -18,7 +18,11 @@ Nothing is reported done before its commit, and no outcome is written by any oth
   its own) is saved in halves down to that one outcome, which is saved escaped or, refused again,
   as unstorable (:meth:`Completer._save_apart`);
 - **store faults**: the outcomes are kept (``unsaved``; their leases still held and heartbeated)
-  and saved first by the next :meth:`Completer.retry`.
+  and saved first by the next :meth:`Completer.retry`;
+- **given back to a limiter**: attempts the limiters' gate gives back are written by its report's
+  transaction (the limiter's state and the job's in one commit) and booked here
+  (:meth:`Completer.give_back`); what a store fault kept it from writing is kept here
+  (:meth:`Completer.keep`).
 """
 
 from __future__ import annotations
@@ -104,6 +108,18 @@ class Completer:
             self.outbox = (finishes, held)
             return
         self._save(finishes, meta, keep_slots)
+
+    def keep(self, finishes: list[FinishParams], meta: Meta | None = None, *, keep_slots: bool = False) -> None:
+        """Keep outcomes that a store fault stopped another part from writing (the limiters' gate):
+        they still hold their leases and are saved first by the next :meth:`retry`."""
+        self.unsaved.append((finishes, meta, keep_slots))
+
+    def give_back(self, finishes: list[FinishParams], meta: Meta | None, applied: list[bool], *,
+                  keep_slots: bool = False) -> None:
+        """Book attempts given back to a limiter: outcomes that the limiters' report transaction
+        wrote under their lease tokens and committed (``applied``: whether each was still current).
+        They are accounted for as any saved outcome (slots, counts, log, hooks), exactly once."""
+        self._book(finishes, meta, applied, keep_slots)
 
     def retry(self) -> None:
         """Save again, oldest first, the outcomes store faults kept (they still hold their leases)."""

@@ -28,6 +28,7 @@ from firesafe.worker.pool import run_coroutine
 if TYPE_CHECKING:
     from firesafe.app import JobDef
     from firesafe.context import Context
+    from firesafe.limits.gate import Gate
 
 log = logging.getLogger("firesafe.worker")
 
@@ -69,14 +70,14 @@ async def _bounded(coro: Any, timeout: float | None) -> tuple[Any, bool]:
         raise
 
 
-def execute(jobdef: JobDef, ctx: Context, args: list[Any], kwargs: dict[str, Any]) -> AttemptResult:
+def execute(jobdef: JobDef, ctx: Context, args: list[Any], kwargs: dict[str, Any], *,
+            gate: Gate | None = None) -> AttemptResult:
     """Run the job function once; never raises: whatever it raises, even SystemExit, KeyboardInterrupt
     or asyncio.CancelledError, is that attempt's failure (a worker thread must never die of a job).
 
     Under limiters, the job's code runs only if its grant still holds when it starts (else the
     attempt ends unrun, given back), and a Retry-After it meets pauses the limiters at once."""
     start = time.monotonic()
-    gate = ctx._gate
     if gate is not None:
         refused = gate.before_start(ctx, jobdef.timeout)
         if refused is not None:

@@ -57,12 +57,12 @@ class LaneGroup:
     def others_busy(self, leader: Worker) -> bool:
         """Whether another loop claims or has attempts in the process (even ones concluded as timed
         out: their threads may still be running them)."""
-        return bool(self._claiming) or any(w._running for w in self.workers if w is not leader)
+        return bool(self._claiming) or any(w.holds_slots() for w in self.workers if w is not leader)
 
     def others_live(self, worker: Worker) -> bool:
         """Whether another loop still has work of its own: an attempt to conclude, or outcomes to save
         (not attempts concluded as timed out: a thread stuck in one would keep a burst from ending)."""
-        return any(w._busy() for w in self.workers if w is not worker)
+        return any(w.busy() for w in self.workers if w is not worker)
 
     def clear_for_suspect(self, leader: Worker) -> bool:
         """The leader wants to run a suspect: the others claim nothing from now on; True once they

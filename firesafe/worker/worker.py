@@ -78,6 +78,15 @@ class _Running:
 
 
 @dataclass(frozen=True, slots=True)
+class _Unrun:
+    """A claimed job that could not run here (its name is not declared, its arguments cannot be
+    read): its outcome is booked like an attempt's (counted, logged, the hooks told), with no slot."""
+
+    claimed: Claimed
+    started: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Turn:
     """What one turn of a worker's loop did (:meth:`Worker.turn`), and what the loop does next."""
 
@@ -213,7 +222,22 @@ class Worker:
         """Wait up to ``timeout`` seconds for :meth:`stop`; True once it was called."""
         return self._stopping.wait(timeout)
 
-    # -- the parts' state, as the loop's helpers and the limiters' gate read it ----------------------
+    # -- what the parts may ask (the limiters' gate, lanes) ------------------------------------------
+    def leases(self) -> set[tuple[int, str]]:
+        """The attempts this worker holds, by ``(job id, lease token)`` (ended ones whose threads have
+        not returned included)."""
+        return {(r.claimed.job.id, r.claimed.token) for r in self._running.values()}
+
+    def holds_slots(self) -> bool:
+        """Whether an attempt holds one of its threads, even one concluded as timed out."""
+        return bool(self._running)
+
+    def busy(self) -> bool:
+        """Whether anything is left to do here: an attempt to conclude, or outcomes and claims still to
+        be saved or answered (in the outbox, or in the pipeline)."""
+        return self._live() or self.completer.busy
+
+    # -- the parts' state, as the loop's helpers read it -----------------------------------------------
     @property
     def _pipe(self) -> StorePipeline | None:
         return self.completer.pipe
@@ -245,7 +269,7 @@ class Worker:
         hooks.call(hooks.worker_started, self)
         # Background duties (alert dispatch, ...) run in threads of their own: a slow one never
         # slows this loop.
-        duties = self.app._start_duties(self) if self._leads else []
+        duties = self.app.start_duties(self) if self._leads else []
         store_backoff = Backoff(base=0.5, factor=2.0, cap=15.0, jitter="equal")
         faults = 0
         log.info("worker %s started: queues=%s concurrency=%d prefetch=%s pipeline=%d%s", self.id,
@@ -318,7 +342,7 @@ class Worker:
             self._save_outbox()
             if self._stop_at is None:
                 self._stop_at = self.monotonic() + self.grace
-            if not self._busy() or self.monotonic() >= self._stop_at:
+            if not self.busy() or self.monotonic() >= self._stop_at:
                 self._release_all()  # not the outcomes in flight: _shutdown waits for those
                 return Turn(stopping=True, done=True)
             return Turn(stopping=True, wait=0.05)
@@ -328,7 +352,7 @@ class Worker:
         self._save_outbox()
         if claimed:
             return Turn(claimed)
-        if not self._busy() and self.burst and self._idle():
+        if not self.busy() and self.burst and self._idle():
             return Turn(done=True)
         return Turn(wait=self._sleep_time())
 
@@ -337,11 +361,6 @@ class Worker:
         not returned (a job that ignores ``ctx.cancelled``) keeps its thread's slot, but nothing waits
         for it: its outcome is saved, so a burst worker may end and a stopping one need not wait."""
         return any(not r.done for r in self._running.values())
-
-    def _busy(self) -> bool:
-        """Whether anything is left to do here: an attempt to conclude, or outcomes and claims still to
-        be saved or answered (in the outbox, or in the pipeline)."""
-        return self._live() or self.completer.busy
 
     def _held(self) -> list[_Running]:
         """The attempts whose leases this loop keeps or gives back: not concluded, and their outcome
@@ -529,11 +548,11 @@ class Worker:
         jobdef = self.app.jobs.get(job.name)
         if jobdef is None:
             log.error("job %s has unknown name %r: dead (unknown_job)", job.key, job.name)
-            self._end_unrun(executor.unknown_job(claimed))
+            self._end_unrun(claimed, executor.unknown_job(claimed))
             return
         if job.unreadable is not None:
             log.error("job %s has stored arguments that cannot be read: dead (undecodable_payload)", job.key)
-            self._end_unrun(executor.undecodable(claimed))
+            self._end_unrun(claimed, executor.undecodable(claimed))
             return
         ctx = Context(JobInfo(job.key, job.name, job.queue, job.attempt, job.max_attempts, job.runs, job.id),
                       store=self.store, app=self.app, token=claimed.token, is_async=jobdef.is_async,
@@ -569,7 +588,7 @@ class Worker:
                 running.deadline = start + timeout
                 self._wake.set()  # the loop's wait must end by this deadline
             try:
-                res = executor.execute(jobdef, ctx, job.args, job.kwargs)
+                res = executor.execute(jobdef, ctx, job.args, job.kwargs, gate=self._limits)
             except executor.ProcessDeath:
                 raise
             except BaseException as exc:  # execute() records what a job raises; this is firesafe's own bug
@@ -582,11 +601,12 @@ class Worker:
         assert self._pool is not None
         self._pool.submit(task)
 
-    def _end_unrun(self, fin: FinishParams) -> None:
-        """Save the outcome of a claimed job that cannot run here. A store fault keeps it to save
-        again (see :meth:`_flush`) without stopping the start of the jobs claimed with it."""
+    def _end_unrun(self, claimed: Claimed, fin: FinishParams) -> None:
+        """Save the outcome of a claimed job that cannot run here (booked and told to the hooks as any
+        attempt's). A store fault keeps it to save again (see :meth:`_flush`) without stopping the
+        start of the jobs claimed with it."""
         try:
-            self.completer.complete([fin])
+            self.completer.complete([fin], [(_Unrun(claimed), None)])
         except StoreError as exc:
             log.error("could not save the outcome of a job that cannot run (%s); saving it again later", exc)
 
@@ -723,7 +743,7 @@ class Worker:
         hooks = self.app.hooks
         for i, (fin, ok) in enumerate(zip(finishes, applied, strict=True)):
             running = meta[i][0] if meta and ok else None
-            if running is None:  # fenced, or a job that could not run here (no attempt started)
+            if running is None:  # fenced: its result was dropped
                 continue
             job = running.claimed.job
             res = meta[i][1] if meta else None
@@ -788,6 +808,11 @@ class Worker:
         self.stats.rescued += n
         if n:
             log.warning("rescued %d job(s) whose worker stopped heartbeating", n)
+        hooks = self.app.hooks
+        if hooks.job_dead:  # jobs lost too often are dead letters now: told once their rescue committed
+            for e, it, ok in zip(expired, items, applied, strict=True):
+                if ok and it.state == State.DEAD:
+                    hooks.call(hooks.job_dead, JobDead.rescued(e, it, self.id))
 
     def _release_all(self) -> None:
         pending = self._held()  # not those unanswered after the settle: their leases run out

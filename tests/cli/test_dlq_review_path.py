@@ -18,8 +18,8 @@ from firesafe import App, FakeClock, Permanent
 from firesafe.cli.main import cli
 from firesafe.dashboard import create_app
 from firesafe.dashboard.server import BackgroundServer
-from firesafe.store import open_store
 from firesafe.store.sqlite import Q
+from firesafe.stores import open_store
 
 #: Keys in the order they died: the first one enqueued (created first) dies last.
 DEATHS = [f"pay:{i}" for i in range(1, 8)] + ["pay:0"]

@@ -28,8 +28,8 @@ from firesafe.cli.main import cli
 from firesafe.dashboard import create_app
 from firesafe.dashboard.server import BackgroundServer
 from firesafe.errors import OtherTables, SchemaTooNew
-from firesafe.store import open_store
 from firesafe.store.queries import latest_version
+from firesafe.stores import open_store
 from tests.cli.conftest import AppModule, run_cli, write_app
 from tests.conftest import PG_URL
 

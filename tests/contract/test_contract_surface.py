@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from firesafe import FakeClock
-from firesafe.store import open_store
 from firesafe.store.contract import PARTS, ListenStore, Store
+from firesafe.stores import open_store
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from firesafe import App, Backoff, FakeClock, Permanent
-from firesafe.dashboard.store import Bucket, DeadGroup
+from firesafe.store.dashboard import Bucket, DeadGroup
 
 
 def declare(app: App) -> tuple[Any, Any]:

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from firesafe import App, FiresafeError
 from firesafe.cli.main import cli
-from firesafe.store import open_store
 from firesafe.store.base import JobFilter
+from firesafe.stores import open_store
 from tests.conftest import need_postgres
 
 FUZZ = settings(max_examples=150, deadline=None, database=None,

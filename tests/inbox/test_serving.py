@@ -26,9 +26,10 @@ import pytest
 import uvicorn
 
 from firesafe import App, ConfigError
+from firesafe.dashboard.inbox import server_config
 from firesafe.inbox import Hmac
 from firesafe.inbox.http import create_app
-from firesafe.inbox.serving import Limits, server_config
+from firesafe.inbox.serving import Limits
 
 SECRET = "whsec_test"
 BODY = b'{"ref": "refs/heads/main"}'

@@ -241,8 +241,8 @@ def test_bearer_source_with_nested_id_and_unhandled_type(served) -> None:
 
 
 def test_the_dashboard_and_the_event_endpoint_share_one_server(sqlite_url: str) -> None:
+    from firesafe.dashboard.inbox import create_server_app
     from firesafe.dashboard.server import BackgroundServer
-    from firesafe.inbox.http import create_server_app
 
     app = App(sqlite_url)
     app.event_source("github", id_header="X-GitHub-Delivery", type_header="X-GitHub-Event", verify=Hmac(SECRET))

@@ -122,8 +122,21 @@ def started(app: App, step: Any, **options: Any) -> tuple[Any, threading.Thread]
     t = threading.Thread(target=w.run, daemon=True)
     t.start()
     step.enqueue_many([{"args": [i], "key": f"warm{i}"} for i in range(4)])
-    wait_until(lambda: w._prefetching() > 0, 20, "the worker to measure its attempts")
+    try:
+        wait_until(lambda: w._prefetching() > 0, 20, "the worker to measure its attempts")
+        # and idle again, so that the next claim has its one thread and all its prefetch free
+        wait_until(lambda: all(app.get(f"warm{i}").state == State.SUCCEEDED for i in range(4)) and not w.busy(),
+                   20, "the warm-up jobs to finish")
+    except BaseException:
+        stop(w, t)
+        raise
     return w, t
+
+
+def stop(w: Any, t: threading.Thread) -> None:
+    """Stop a worker a test started, also when the test fails, so it cannot outlive its test."""
+    w.stop()
+    t.join(15)
 
 
 def behind_hold(app: App, gate: threading.Event, keys: tuple[str, ...], wait: float, lease: float | None = None,
@@ -138,9 +151,17 @@ def behind_hold(app: App, gate: threading.Event, keys: tuple[str, ...], wait: fl
 
     w, t = started(app, declare(app), concurrency=1, prefetch=len(keys), lease=lease)
     w.PREFETCH_WAIT = wait
+    # However slow a busy host made the warm-up attempts, the claim prefetches every key: how many a
+    # worker prefetches shrinks as its measured pace nears PREFETCH_BELOW.
+    w.PREFETCH_BELOW = 1000.0
     # One transaction, so one claim takes them all (limit 1 + len(keys)), "hold" first.
     gated.enqueue_many([{"args": [k], "key": k} for k in ("hold", *keys)])
-    wait_until(lambda: all(app.get(k).state == State.RUNNING for k in keys), 10, "the claim to take them all")
+    try:
+        wait_until(lambda: all(app.get(k).state == State.RUNNING for k in keys), 10, "the claim to take them all")
+    except BaseException:
+        gate.set()
+        stop(w, t)
+        raise
     return w, t
 
 

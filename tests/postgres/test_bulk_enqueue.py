@@ -10,7 +10,7 @@ import pytest
 
 from firesafe import App, IdempotencyConflict, State
 from firesafe.store.base import ClaimParams, JobFilter
-from firesafe.store.postgres import PostgresStore
+from firesafe.stores.postgres import PostgresStore
 from tests.postgres.conftest import Pg
 
 

@@ -20,9 +20,10 @@ import pytest
 
 from firesafe import App
 from firesafe.errors import ConfigError, StoreError
-from firesafe.store import open_store, queries
+from firesafe.store import queries
 from firesafe.store.base import ClaimParams
-from firesafe.store.postgres import PostgresStore
+from firesafe.stores import open_store
+from firesafe.stores.postgres import PostgresStore
 from tests.postgres.conftest import Pg
 
 #: How a SQLite column type maps onto the PostgreSQL types a migration may use for it.

@@ -16,7 +16,8 @@ import pytest
 from firesafe import App, State
 from firesafe.errors import StoreError
 from firesafe.store.base import ClaimParams, JobFilter
-from firesafe.store.postgres import _INHERITED, PostgresStore
+from firesafe.store.postgres import _INHERITED
+from firesafe.stores.postgres import PostgresStore
 from tests.conftest import PG_URL
 from tests.postgres.conftest import Pg, wait_until
 from tests.postgres.procs import build_app, read_effects

@@ -11,8 +11,8 @@ import sqlite3
 
 import pytest
 
-from firesafe.store import open_store
 from firesafe.store.sqlite import _CLAIM, Q
+from firesafe.stores import open_store
 
 
 @pytest.fixture()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from firesafe import App, StoreError
-from firesafe.store import open_store, resolve_url
+from firesafe.store import resolve_url
+from firesafe.stores import open_store
 
 
 def test_unknown_store_url_is_a_clear_error() -> None:

@@ -240,7 +240,7 @@ RETURNING j.id, j.cancel_requested;
 
 -- name: job_list_expired
 -- Running jobs whose lease has run out (their worker died or hung).
-SELECT id, name, lease_token, attempt, max_attempts, deferrals, lost, runs, cancel_requested
+SELECT id, name, lease_token, attempt, max_attempts, deferrals, lost, runs, cancel_requested, key, queue
 FROM {schema}.firesafe_jobs
 WHERE state = 'running'
   AND lease_expires < coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)

@@ -93,7 +93,7 @@ RETURNING cancel_requested;
 
 -- name: job_list_expired
 -- Running jobs whose lease has run out (their worker died or hung).
-SELECT id, name, lease_token, attempt, max_attempts, deferrals, lost, runs, cancel_requested
+SELECT id, name, lease_token, attempt, max_attempts, deferrals, lost, runs, cancel_requested, key, queue
 FROM firesafe_jobs WHERE state = 'running' AND lease_expires < :now
 ORDER BY lease_expires LIMIT :limit;
 

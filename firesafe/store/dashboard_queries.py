@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from firesafe.dashboard.store import Bucket, DeadGroup, QueueLag
+from firesafe.store.dashboard import Bucket, DeadGroup, QueueLag
 from firesafe.store.driver import StorePart
 
 
 class DashboardQueries(StorePart):
-    """Mixed into :class:`~firesafe.store.sqlite.SQLiteStore` and
-    :class:`~firesafe.store.postgres.PostgresStore`; see :class:`~firesafe.store.contract.DashboardStore`."""
+    """Part of :class:`~firesafe.store.sqlite.SQLiteCore` and
+    :class:`~firesafe.store.postgres.PostgresCore`; see :class:`~firesafe.store.contract.DashboardStore`."""
 
     def attempt_buckets(self, since: float, until: float, width: float) -> list[Bucket]:
         rows = self._read("dash_attempt_buckets", {"since": since, "until": until, "bucket": width})
