@@ -318,7 +318,8 @@ class App:
         self.alerts = Alerts(self, alerts or ())
         #: Every hook of the app, firesafe's own parts first (the workers of this process to wake on an
         #: enqueue, the alert dispatcher; the scheduler once a schedule is declared), then the user's.
-        self.hooks = Hooks([_Wakeups(), self.alerts])
+        self._wakeups = _Wakeups()
+        self.hooks = Hooks([self._wakeups, self.alerts])
         for hook in hooks or ():
             self.add_hook(hook)
 
@@ -575,8 +576,6 @@ class App:
 
         return Lanes(self, queues, lanes=lanes, **options)
 
-    _runner = runner
-
     # -- the event inbox ---------------------------------------------------------------------
     @property
     def inbox(self) -> Any:
@@ -626,15 +625,9 @@ class App:
         """Start the background duties of a worker; returns their stop functions."""
         return self.hooks.start_duties(worker)
 
-    _start_duties = start_duties
-
     def wake_workers(self) -> None:
         """End the idle wait of this process's workers: jobs were enqueued (or replayed) here."""
-        for hook in self.hooks:
-            if isinstance(hook, _Wakeups):
-                hook.wake()
-
-    _wake_workers = wake_workers
+        self._wakeups.wake()
 
     def _replayed(self, keys: Sequence[str], actor: str, reason: str | None, how: str) -> None:
         """Tell the hooks that jobs moved back to their queue (after the store committed the move)."""

@@ -492,7 +492,7 @@ class Dashboard:
         result = parts.backfill(self.app, name, start, end, rerun=rerun, dry_run=not run, actor=self.actor(request),
                                 reason=self.reason(form))
         if run:
-            self.app._wake_workers()
+            self.app.wake_workers()
             log.info("dashboard: backfill of %s from %s to %s (rerun %s) by %s: %d enqueued, %d re-run", name,
                      start, end, rerun, self.actor(request), result.enqueued, result.rerun_count)
         return self.render(request, "backfill.html", page="schedules", result=result, schedule=name,

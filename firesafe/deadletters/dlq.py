@@ -191,7 +191,7 @@ class DeadLetters:
             if progress:
                 progress(min(i + CHUNK, len(targets)), len(targets))
         if action == "replay" and moved_ids:
-            self._app._wake_workers()
+            self._app.wake_workers()
             self._app._replayed([j.key for j in targets if j.id in moved_ids], who, why, "replay")
         lost = [j.key for j in targets if j.id not in moved_ids]  # moved on between the read and the move
         if lost:

@@ -209,7 +209,7 @@ def backfill(app: App, name: str, start: object, end: object, *, dry_run: bool =
             progress(done, total)
     if not dry_run:
         if rerun_any:
-            app._wake_workers()
+            app.wake_workers()
         store.schedule_event_record(name, NewEvent("backfill_finished", {
             "id": backfill_id, "from": lo.isoformat(), "to": hi.isoformat(), "windows": total,
             "enqueued": result.enqueued, "rerun_count": result.rerun_count, "skipped": result.skipped,

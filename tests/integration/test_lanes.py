@@ -65,15 +65,15 @@ def declare(app: App, running: Running) -> Any:
 
 
 def test_one_loop_by_default_and_lanes_split_the_threads_and_the_hold(app: App) -> None:
-    assert isinstance(app._runner(None, 1, concurrency=8), Worker)
-    two = app._runner(None, 2, concurrency=8)
+    assert isinstance(app.runner(None, 1, concurrency=8), Worker)
+    two = app.runner(None, 2, concurrency=8)
     assert isinstance(two, Lanes) and [w.concurrency for w in two.workers] == [4, 4]
     assert [w.lane for w in two.workers] == [0, 1]
     # the paced prefetch's hold is shared too: each loop holds up to half of it, its 4 threads included
     assert [w.prefetch for w in two.workers] == [Worker.PREFETCH_HOLD // 2 - 4] * 2
     assert [w.pipeline for w in two.workers] == [1, 1]  # lanes take turns with the store one by one
-    assert isinstance(app._runner(None, 3, concurrency=1), Worker)  # one thread: one loop
-    three = app._runner(None, 3, concurrency=8, prefetch=5)
+    assert isinstance(app.runner(None, 3, concurrency=1), Worker)  # one thread: one loop
+    three = app.runner(None, 3, concurrency=8, prefetch=5)
     assert [(w.concurrency, w.prefetch) for w in three.workers] == [(3, 2), (3, 2), (2, 1)]
 
 
@@ -124,7 +124,7 @@ def test_a_suspect_runs_alone_in_the_process_not_only_in_its_loop(app: App) -> N
     assert app.get("suspect").lost == 1
     # A backlog of 30 ms attempts (too long to prefetch) that takes the two loops about 2 s.
     step.enqueue_many([{"args": [i], "key": f"s{i}", "kwargs": {"sleep": 0.03}} for i in range(240)])
-    runner = app._runner(None, 2, concurrency=4, burst=True, rescue_interval=0.05, poll_interval=0.05)
+    runner = app.runner(None, 2, concurrency=4, burst=True, rescue_interval=0.05, poll_interval=0.05)
     assert isinstance(runner, Lanes)
     stats = runner.run()
     assert stats.succeeded == 241
@@ -141,7 +141,7 @@ def test_a_burst_loop_is_not_done_while_another_loop_of_its_process_has_attempts
     # The leader may hold every runnable job (prefetched) and give back those that waited too long:
     # the other loop, finding nothing runnable, must stay to take them rather than end its burst.
     declare(app, Running())
-    runner = app._runner(None, 2, concurrency=4, burst=True)
+    runner = app.runner(None, 2, concurrency=4, burst=True)
     leader, other = runner.workers
     assert other._idle() and leader._idle()  # nothing runnable, nothing running: done
     held = _Running(claimed=None, ctx=None, claimed_at=0.0, lease_until=0.0)  # type: ignore[arg-type]
@@ -155,7 +155,7 @@ def test_a_burst_loop_is_not_done_while_another_loop_of_its_process_has_attempts
 def test_a_leader_that_ends_while_waiting_for_a_suspect_lets_the_others_claim_again(app: App) -> None:
     # A burst leader can end (nothing runnable: another process took the suspect) while it waits for
     # the other loops to empty; they must not stay held back from claiming.
-    runner = app._runner(None, 2, concurrency=4, burst=True)
+    runner = app.runner(None, 2, concurrency=4, burst=True)
     leader, other = runner.workers
     group = leader._group
     assert group.clear_for_suspect(leader)  # nothing runs: the leader may run a suspect alone
@@ -173,7 +173,7 @@ def test_one_listen_connection_wakes_every_loop(store_url: str) -> None:
         running = Running()
         declare(worker_app, running)
         step = declare(other_app, Running())
-        runner = worker_app._runner(None, 2, concurrency=4, poll_interval=30.0)  # a poll would come too late
+        runner = worker_app.runner(None, 2, concurrency=4, poll_interval=30.0)  # a poll would come too late
         t = threading.Thread(target=runner.run)
         t.start()
         try:
@@ -206,7 +206,7 @@ def test_stop_ends_every_loop_and_releases_what_waits(app: App) -> None:
     running = Running()
     step = declare(app, running)
     step.enqueue_many([{"args": [i], "key": f"s{i}", "kwargs": {"sleep": 0.2}} for i in range(40)])
-    runner = app._runner(None, 2, concurrency=4, grace=5.0)
+    runner = app.runner(None, 2, concurrency=4, grace=5.0)
     result: list[Any] = []
     t = threading.Thread(target=lambda: result.append(runner.run()))
     t.start()
@@ -227,7 +227,7 @@ def test_a_bug_in_one_loop_stops_the_others_and_is_raised(app: App, monkeypatch:
     running = Running()
     step = declare(app, running)
     step.enqueue_many([{"args": [i], "key": f"s{i}", "kwargs": {"sleep": 0.05}} for i in range(50)])
-    runner = app._runner(None, 2, concurrency=4)
+    runner = app.runner(None, 2, concurrency=4)
     second = runner.workers[1]
 
     def broken() -> Any:

@@ -64,7 +64,7 @@ def test_defaults_two_on_a_store_with_concurrent_writers_else_one(app: App) -> N
     assert app.worker().pipeline == (2 if two_writers else 1)
     assert app.worker(prefetch=0).pipeline == 1  # nothing is held beyond the threads: no batch runs meanwhile
     assert app.worker(pipeline=3).pipeline == 3
-    assert all(w.pipeline == 1 for w in app._runner(None, 2, concurrency=8, pipeline=2).workers)  # lanes
+    assert all(w.pipeline == 1 for w in app.runner(None, 2, concurrency=8, pipeline=2).workers)  # lanes
     app.limiter("api", rate=10)
     assert app.worker(pipeline=2).pipeline == 1  # limiters decide each claim's admission in turn
 

@@ -163,14 +163,14 @@ def test_a_worker_made_with_scheduler_false_starts_no_scheduler(app: App) -> Non
     def settle(ctx: object, window: object) -> None:
         return None
 
-    stops = app._start_duties(app.worker(["payments"], scheduler=False))
-    stops += app._start_duties(app.worker(["default"]))  # serves no schedule's queue
+    stops = app.start_duties(app.worker(["payments"], scheduler=False))
+    stops += app.start_duties(app.worker(["default"]))  # serves no schedule's queue
     try:
         assert not [s for s in stops if isinstance(getattr(s, "__self__", None), SchedulerDuty)]
     finally:
         for s in stops:
             s()
-    served = app._start_duties(app.worker(["payments"]))
+    served = app.start_duties(app.worker(["payments"]))
     try:
         assert [s for s in served if isinstance(getattr(s, "__self__", None), SchedulerDuty)]
     finally:
