@@ -149,7 +149,10 @@ def behind_hold(app: App, gate: threading.Event, keys: tuple[str, ...], wait: fl
             gate.wait(10)
         return mode
 
-    w, t = started(app, declare(app), concurrency=1, prefetch=len(keys), lease=lease)
+    # pipeline=1: one claim at a time. With a pipeline each claim takes a share of the prefetch and
+    # two claims are in flight at once: the second may reach the store, or come back, first, and its
+    # job start on the one thread before "hold".
+    w, t = started(app, declare(app), concurrency=1, prefetch=len(keys), lease=lease, pipeline=1)
     w.PREFETCH_WAIT = wait
     # However slow a busy host made the warm-up attempts, the claim prefetches every key: how many a
     # worker prefetches shrinks as its measured pace nears PREFETCH_BELOW.
