@@ -25,21 +25,36 @@ class JobInfo:
     max_attempts: int
     run: int  # every claim counts, deferrals and rescues too
     id: int
+    token: str = ""  # this attempt's lease token: what the store checks on every write of the attempt
+
+
+class Attempt:
+    """The worker's side of one attempt's ``ctx``: the worker asks the job to stop through it and
+    reads back the steps the job recorded, without reaching into the ``ctx``."""
+
+    __slots__ = ("cancelled", "steps_log")
+
+    def __init__(self) -> None:
+        self.cancelled = False  # set once by the worker loop; nothing waits on it, so a flag is enough
+        self.steps_log: list[dict[str, Any]] | None = None  # the job's steps, once it has some
+
+    def request_cancel(self) -> None:
+        self.cancelled = True
+
+    def detail(self) -> dict[str, Any]:
+        """The attempt's detail for its trace: the steps it ran or restored."""
+        return {"steps": list(self.steps_log)} if self.steps_log else {}
 
 
 class Context:
     """Passed to every job function as ``ctx``."""
 
-    def __init__(self, job: JobInfo, store: Any = None, app: Any = None, token: str = "",
-                 is_async: bool = False, gate: Any = None) -> None:
+    def __init__(self, job: JobInfo, store: Any = None, app: Any = None, is_async: bool = False,
+                 attempt: Attempt | None = None) -> None:
         self.job = job
         self._store = store
         self._app = app
-        # The worker's limiters (firesafe.limits.gate.Gate), if its app declares some: asked just
-        # before the job's code runs, and told at once of a failure that carries a Retry-After.
-        self._gate = gate
-        self._cancel = False  # set once by the worker loop; nothing waits on it, so a flag is enough
-        self._token = token
+        self._attempt = attempt if attempt is not None else Attempt()
         self._is_async = is_async
         self._steps: Steps | None = None  # made on first use: most jobs have no steps
         self._sleeps = 0
@@ -99,19 +114,14 @@ class Context:
                 raise RuntimeError("this ctx has no store: steps only work inside a worker")
             from firesafe.worker.pool import run_coroutine  # the worker package imports this module
 
-            self._steps = Steps(self._store, self.job.id, self._token, lambda coro: run_coroutine(coro, None))
+            self._steps = Steps(self._store, self.job.id, self.job.token, lambda coro: run_coroutine(coro, None))
+            self._attempt.steps_log = self._steps.log
         return self._steps
-
-    def _detail(self) -> dict[str, Any]:
-        return {"steps": list(self._steps.log)} if self._steps and self._steps.log else {}
 
     @property
     def cancelled(self) -> bool:
         """True once someone asked this job to stop (cancel, shutdown, timeout or a lost lease)."""
-        return self._cancel
-
-    def _request_cancel(self) -> None:
-        self._cancel = True
+        return self._attempt.cancelled
 
     def log(self, message: str, **fields: Any) -> None:
         """Log a line tagged with this job's key and attempt (fields with secret names are masked)."""

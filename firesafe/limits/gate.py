@@ -233,7 +233,7 @@ class Gate:
         pause and the breaker are checked anew and a fresh token taken, waiting in place up to
         ``RENEW_WAIT``. So a job granted before a pause never starts in it, and late starts never
         pile onto the starts of other workers (the provider sees the limiter's bound)."""
-        key = (ctx.job.id, ctx._token)
+        key = (ctx.job.id, ctx.job.token)
         held = self._held.get(key)
         names = self.job_limiters.get(ctx.job.name)
         if held is None or not names:

@@ -65,7 +65,7 @@ class Limit:
     # -- steps shared by the sync and async forms -------------------------------------------------
     def _ask(self) -> Any:
         job = self.ctx.job
-        item = Acquire(job.id, self.ctx._token, job.run, (self.name,), self._random.random(), defer=False, key=job.key)
+        item = Acquire(job.id, job.token, job.run, (self.name,), self._random.random(), defer=False, key=job.key)
         return self.ctx._store.limiter_acquire_many({self.name: self.spec}, [item])[0]
 
     def _refused(self, grant: Any, deadline: float) -> float:
@@ -88,7 +88,7 @@ class Limit:
                 and self.spec.concurrency is None):
             return
         job = self.ctx.job
-        report = Report(job.id, self.ctx._token, job.run, (self.name,), outcome, pause_for=pause_for,
+        report = Report(job.id, self.ctx.job.token, job.run, (self.name,), outcome, pause_for=pause_for,
                         draw=self._random.random(), release=self.spec.concurrency is not None, key=job.key)
         try:
             verdict = self.ctx._store.limiter_report_many({self.name: self.spec}, [report])[0]

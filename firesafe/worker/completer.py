@@ -29,12 +29,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from firesafe.errors import StoreDataError, StoreError
 from firesafe.store.base import Claimed, ClaimParams, FinishParams
 from firesafe.worker import executor
 from firesafe.worker.pipeline import Request, StorePipeline, transact
+
+if TYPE_CHECKING:
+    from firesafe.store.contract import Store
 
 log = logging.getLogger("firesafe.worker")
 
@@ -55,7 +58,7 @@ class Completer:
     costs that outcome its text, never the batch beside it.
     """
 
-    def __init__(self, store: Any, book: Book) -> None:
+    def __init__(self, store: Store, book: Book) -> None:
         self.store = store
         self._book = book
         #: Store transactions in flight (firesafe/worker/pipeline.py), or None: the loop runs each.

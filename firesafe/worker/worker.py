@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from firesafe.context import Context, JobInfo
+from firesafe.context import Attempt, Context, JobInfo
 from firesafe.errors import Cancelled, ConfigError, StoreError
 from firesafe.hooks import AttemptEnded, AttemptStarted, JobDead
 from firesafe.retries.backoff import Backoff
@@ -42,8 +42,8 @@ from firesafe.states import State
 from firesafe.store.base import Claimed, ClaimParams, FinishParams, RescueParams
 from firesafe.store.contract import ListenStore
 from firesafe.worker import collector, executor
-from firesafe.worker.completer import Completer, Meta, Unsaved
-from firesafe.worker.pipeline import DEFAULT_DEPTH, StorePipeline
+from firesafe.worker.completer import Completer, Meta
+from firesafe.worker.pipeline import DEFAULT_DEPTH
 from firesafe.worker.pool import Pool, Threads
 
 if TYPE_CHECKING:
@@ -69,6 +69,7 @@ def worker_id_prefix(host: str, pid: int, tag: str) -> str:
 class _Running:
     claimed: Claimed
     ctx: Context
+    attempt: Attempt  # the worker's side of ctx: cancel requests, the steps recorded
     claimed_at: float  # Worker.monotonic() of the claim
     lease_until: float  # a job still waiting for a thread starts only before this (see Worker._start)
     started: float | None = None  # when a pool thread began it (None while it waits, prefetched)
@@ -236,19 +237,6 @@ class Worker:
         """Whether anything is left to do here: an attempt to conclude, or outcomes and claims still to
         be saved or answered (in the outbox, or in the pipeline)."""
         return self._live() or self.completer.busy
-
-    # -- the parts' state, as the loop's helpers read it -----------------------------------------------
-    @property
-    def _pipe(self) -> StorePipeline | None:
-        return self.completer.pipe
-
-    @_pipe.setter
-    def _pipe(self, pipe: StorePipeline | None) -> None:
-        self.completer.pipe = pipe
-
-    @property
-    def _unsaved(self) -> list[Unsaved]:
-        return self.completer.unsaved
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> WorkerStats:
@@ -554,16 +542,17 @@ class Worker:
             log.error("job %s has stored arguments that cannot be read: dead (undecodable_payload)", job.key)
             self._end_unrun(claimed, executor.undecodable(claimed))
             return
-        ctx = Context(JobInfo(job.key, job.name, job.queue, job.attempt, job.max_attempts, job.runs, job.id),
-                      store=self.store, app=self.app, token=claimed.token, is_async=jobdef.is_async,
-                      gate=self._limits)
+        attempt = Attempt()
+        ctx = Context(JobInfo(job.key, job.name, job.queue, job.attempt, job.max_attempts, job.runs, job.id,
+                              claimed.token), store=self.store, app=self.app, is_async=jobdef.is_async,
+                      attempt=attempt)
         # Sync attempts end by the loop's deadline; async ones are cancelled by their own event loop at
         # the timeout, and the loop's deadline, a little later, ends one that blocks its event loop
         # (time.sleep, a busy loop) and so cannot be cancelled.
         timeout = (jobdef.timeout + max(0.5, jobdef.timeout / 10) if jobdef.is_async else jobdef.timeout) \
             if jobdef.timeout else None
         now = self.monotonic()
-        running = _Running(claimed, ctx, now, now + self._startable_for)
+        running = _Running(claimed, ctx, attempt, now, now + self._startable_for)
         self._running[(job.id, job.runs)] = running
         self._withdraw_due = min(self._withdraw_due, now + self.PREFETCH_WAIT, running.lease_until)
         if job.lost > 0:
@@ -630,7 +619,7 @@ class Worker:
             jobdef = self.app.jobs[running.claimed.job.name]
             finishes.append(executor.conclude(running.claimed, jobdef, res, self.random.random(),
                                               cancel_requested=running.ctx.cancelled,
-                                              detail=running.ctx._detail()))
+                                              detail=running.attempt.detail()))
             meta.append((running, res))
             running.saving = True
         settled: Meta | None = meta
@@ -662,8 +651,8 @@ class Worker:
             res = executor.AttemptResult(
                 executor.TimedOut(f"the attempt ran longer than its timeout of {jobdef.timeout:g}s"),
                 timed_out=True, duration=duration)
-            r.ctx._request_cancel()
-            finishes.append(executor.conclude(r.claimed, jobdef, res, self.random.random(), detail=r.ctx._detail()))
+            r.attempt.request_cancel()
+            finishes.append(executor.conclude(r.claimed, jobdef, res, self.random.random(), detail=r.attempt.detail()))
             r.done = True  # keeps its slot until the thread really returns
         meta: Meta | None = [(r, None) for r in expired]
         if self._limits is not None:  # a timeout counts toward the breaker
@@ -698,10 +687,6 @@ class Worker:
         self._withdraw_due = due
         if out:
             self.completer.complete([executor.released(r.claimed, why) for r, why in out], [(r, None) for r, _ in out])
-
-    def _save(self, finishes: list[FinishParams], meta: Meta | None = None, keep_slots: bool = False) -> None:
-        """Save outcomes now (see :meth:`Completer.complete`)."""
-        self.completer.complete(finishes, meta, keep_slots=keep_slots)
 
     def _book(self, finishes: list[FinishParams], meta: Meta | None, applied: list[bool],
               keep_slots: bool = False) -> None:
@@ -778,13 +763,13 @@ class Worker:
             if job_id not in held:
                 log.warning("lease of %s was lost (rescued elsewhere?); asking the attempt to stop",
                             r.claimed.job.key)
-                r.ctx._request_cancel()
+                r.attempt.request_cancel()
                 r.done = True
                 self._withdraw_due = 0.0  # if it waited for a thread, forget it now (see _withdraw)
                 continue
             r.lease_until = beat + self._startable_for
             if held[job_id]:
-                r.ctx._request_cancel()
+                r.attempt.request_cancel()
 
     def _rescue(self) -> None:
         expired = self.store.job_list_expired(limit=500)
@@ -820,7 +805,7 @@ class Worker:
             return
         log.warning("releasing %d running job(s) that did not finish within the grace period", len(pending))
         for r in pending:
-            r.ctx._request_cancel()
+            r.attempt.request_cancel()
             r.done = True
         try:  # booked as any outcome (counted, logged, the finish hooks run); the slots free at shutdown
             self.completer.complete([executor.released(r.claimed, "worker shut down before the attempt ended")

@@ -352,13 +352,13 @@ def test_an_outcome_refused_for_its_data_is_saved_escaped_and_the_batch_beside_i
     # Text the executor never sends (it escapes it first), as some other writer might.
     finishes = [failed(c, f"plain é {c.job.key}") for c in claimed]
     finishes[3] = failed(claimed[3], "NUL \x00 and " + SURROGATE, traceback="tb \x00")
-    worker._save(finishes)
+    worker.completer.complete(finishes)
     jobs = {j.key: j for j in app.jobs_list(limit=10)}
     assert all(j.state == State.DEAD for j in jobs.values())
     assert [jobs[f"k{i}"].error_message for i in range(7) if i != 3] == [f"plain é k{i}" for i in range(7) if i != 3]
     bad = app.get("k3")
     assert bad.error_message == "NUL \\x00 and \\udce9" and bad.trace[0].traceback == "tb \\x00"
-    assert worker.stats.dead == 7 and worker._unsaved == []
+    assert worker.stats.dead == 7 and worker.completer.unsaved == []
 
 
 @pytest.mark.parametrize("pipeline", [1, 2])
@@ -405,11 +405,11 @@ def test_a_store_fault_is_still_retried_not_taken_for_bad_data(app: App, monkeyp
 
     monkeypatch.setattr(app.store, "job_finish_many", down)
     with pytest.raises(StoreError, match="down"):
-        worker._save([failed(claimed, "boom")])
-    assert len(worker._unsaved) == 1  # kept to save again once the store is back
+        worker.completer.complete([failed(claimed, "boom")])
+    assert len(worker.completer.unsaved) == 1  # kept to save again once the store is back
     monkeypatch.undo()
     worker._flush()
-    assert app.get("k").state == State.DEAD and worker._unsaved == []
+    assert app.get("k").state == State.DEAD and worker.completer.unsaved == []
 
 
 def test_job_rows_read_back_are_jobs(app: App) -> None:

@@ -144,7 +144,7 @@ def test_a_burst_loop_is_not_done_while_another_loop_of_its_process_has_attempts
     runner = app.runner(None, 2, concurrency=4, burst=True)
     leader, other = runner.workers
     assert other._idle() and leader._idle()  # nothing runnable, nothing running: done
-    held = _Running(claimed=None, ctx=None, claimed_at=0.0, lease_until=0.0)  # type: ignore[arg-type]
+    held = _Running(claimed=None, ctx=None, attempt=None, claimed_at=0.0, lease_until=0.0)  # type: ignore[arg-type]
     leader._running[(1, 1)] = held  # an attempt of the leader's, not yet concluded
     assert not other._idle()
     assert leader._idle()  # the other loop holds nothing: the leader's own attempts are its own test

@@ -181,7 +181,7 @@ def test_a_stopping_worker_waits_for_its_requests_in_flight(app: App, monkeypatc
     t = threading.Thread(target=w.run)
     t.start()
     try:
-        wait_until(lambda: w.stats.succeeded >= 20 and w._pipe is not None and w._pipe.in_flight, 30,
+        wait_until(lambda: w.stats.succeeded >= 20 and w.completer.pipe is not None and w.completer.pipe.in_flight, 30,
                    "a request in flight after some jobs ran")
     finally:
         w.stop()
@@ -214,7 +214,7 @@ def test_a_claim_in_flight_holds_the_slots_it_may_fill(app: App) -> None:
     declare(app)
     w = app.worker(pipeline=2)
     w._pace = 0.0001  # attempts well under a millisecond: the whole hold
-    pipe = w._pipe = StorePipeline(app.store, 2, lambda: None)
+    pipe = w.completer.pipe = StorePipeline(app.store, 2, lambda: None)
     try:
         first = Request([], [], ClaimParams(w.queues, 300, w.id, 30.0))
         pipe.in_flight.append(first)  # as if submitted, its reply not yet back
@@ -234,7 +234,7 @@ def test_each_pipelined_claim_takes_a_share_of_the_hold_so_the_next_has_slots(ap
     w = app.worker(pipeline=depth)
     w._pace = 0.0001
     hold = w.concurrency + w.prefetch
-    pipe = w._pipe = StorePipeline(app.store, depth, lambda: None)
+    pipe = w.completer.pipe = StorePipeline(app.store, depth, lambda: None)
     try:
         for _ in range(depth + 1):
             assert w._take_free([]) == []
@@ -254,7 +254,7 @@ def test_a_pipelined_claim_without_prefetch_fills_every_thread(app: App, depth: 
     declare(app)
     w = app.worker(pipeline=depth, concurrency=3)
     assert w._pace is None
-    pipe = w._pipe = StorePipeline(app.store, depth, lambda: None)
+    pipe = w.completer.pipe = StorePipeline(app.store, depth, lambda: None)
     try:
         for _ in range(depth):
             assert w._take_free([]) == []
@@ -275,19 +275,19 @@ def test_heartbeats_leave_out_exactly_the_outcomes_in_flight(app: App, monkeypat
     from firesafe.worker.worker import _Running
 
     for c in claimed:
-        w._running[(c.job.id, c.job.runs)] = _Running(c, None, 0.0, 0.0, started=0.0)  # type: ignore[arg-type]
+        w._running[(c.job.id, c.job.runs)] = _Running(c, None, None, 0.0, 0.0, started=0.0)  # type: ignore[arg-type]
     flying, beaten = w._running[(claimed[0].job.id, claimed[0].job.runs)], w._running[(claimed[1].job.id,
                                                                                          claimed[1].job.runs)]
     flying.saving = True
-    w._pipe = StorePipeline(app.store, 2, lambda: None)
+    w.completer.pipe = StorePipeline(app.store, 2, lambda: None)
     asked: list[Any] = []
     beat = app.store.job_heartbeat_many
     monkeypatch.setattr(app.store, "job_heartbeat_many", lambda items, lease: asked.extend(items) or beat(items, lease))
     try:
-        w._pipe.in_flight.append(Request([], [(flying, None)], None))
+        w.completer.pipe.in_flight.append(Request([], [(flying, None)], None))
         w._heartbeat()
     finally:
-        w._pipe.close()
+        w.completer.pipe.close()
     assert asked == [(beaten.claimed.job.id, beaten.claimed.token)]
     assert not flying.done and not beaten.done
 
@@ -304,8 +304,8 @@ def test_a_worker_whose_grace_ends_with_a_transaction_in_flight_waits_for_it(
     t = threading.Thread(target=w.run, daemon=True)
     t.start()
     try:
-        wait_until(lambda: w.stats.succeeded and w._pipe is not None and any(
-            r.claim is not None for r in w._pipe.in_flight), 30, "a claim in flight after some jobs ran")
+        wait_until(lambda: w.stats.succeeded and w.completer.pipe is not None and any(
+            r.claim is not None for r in w.completer.pipe.in_flight), 30, "a claim in flight after some jobs ran")
     finally:
         w.stop()
         t.join(30)
