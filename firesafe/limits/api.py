@@ -45,11 +45,12 @@ class Limiter:
         # granted a token before it check with the store before they start (see gate.Gate.before_start).
         self._paused_until: float | None = None
 
-    def _note_pause(self, until: float) -> None:
+    def note_pause(self, until: float) -> None:
+        """Remember a Retry-After pause this process stored, ending at ``until`` (the store's clock)."""
         if self._paused_until is None or until > self._paused_until:
             self._paused_until = until
 
-    def _paused_at(self, now: float | None) -> bool:
+    def paused_at(self, now: float | None) -> bool:
         """Whether a pause this process stored may still hold at ``now`` (None: unknown, so it may)."""
         until = self._paused_until
         return until is not None and (now is None or now < until)

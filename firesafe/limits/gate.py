@@ -240,7 +240,7 @@ class Gate:
             return None
         now = self.clock.now()
         late = now is None or now - held.at > min(fresh_for(self.specs[n]) for n in names)
-        if not late and not any(self.app.limiters[n]._paused_at(now) for n in names):
+        if not late and not any(self.app.limiters[n].paused_at(now) for n in names):
             return None
         budget = min(RENEW_WAIT, timeout / 4) if timeout else RENEW_WAIT
         return self._renew(ctx, key, names, time.monotonic() + budget)
@@ -286,7 +286,7 @@ class Gate:
             log.warning("could not pause limiter(s) %s at once for %s (%s)", ",".join(names), ctx.job.key, exc)
             return None
         for n in names:
-            self.app.limiters[n]._note_pause(until)
+            self.app.limiters[n].note_pause(until)
         return until
 
     # -- before saving outcomes ----------------------------------------------------------------
