@@ -5,7 +5,7 @@ A :class:`Worker` is made of parts:
 - **the loop** (:meth:`Worker.turn`): one pass decides what the store is asked: heartbeats,
   rescues and pruning when due, outcomes to save, timeouts, the next claim. :meth:`Worker.run`
   calls it until the worker stops, waiting for a wake-up between turns that claimed nothing; the
-  deterministic simulation (firesafe/drill/sim.py) calls the same method, one turn at a time;
+  deterministic simulation (tests/simulation/sim.py) calls the same method, one turn at a time;
 - **the pool** (firesafe/worker/pool.py): the threads attempts run on; each hands its outcome back
   through a queue, and the executor (firesafe/worker/executor.py) decides what the outcome is;
 - **the completer** (firesafe/worker/completer.py): the only path by which outcomes reach the

@@ -1,4 +1,4 @@
-"""The deterministic simulation (firesafe/drill/sim.py): thousands of seeded scenarios of workers that
+"""The deterministic simulation (tests/simulation/sim.py): thousands of seeded scenarios of workers that
 crash, stall and hit store faults at the named points, on the real store and the real decisions.
 
 ``make test`` runs FIRESAFE_SIM_SCENARIOS (default 2,000; 20,000 with FIRESAFE_SOAK=1) seeds, split
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from firesafe.drill import sim
-from firesafe.drill.sim import ACTIONS, Scenario, Simulation, run_seed
+from tests.simulation import sim
+from tests.simulation.sim import ACTIONS, Scenario, Simulation, run_seed
 
 ROOT = Path(__file__).resolve().parents[2]
 SOAK = os.environ.get("FIRESAFE_SOAK") == "1"
@@ -43,7 +43,7 @@ def _run_split(count: int, *extra: str) -> tuple[dict[str, int], list[dict[str, 
     # glibc's malloc hands memory back to the kernel and asks for it again thousands of times a second
     # here (SQLite's allocations); keeping it saves two thirds of the CPU a scenario costs
     env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": str(256 << 20), "MALLOC_TOP_PAD_": str(64 << 20)}
-    children = [subprocess.Popen([sys.executable, "-m", "firesafe.drill.sim", "--first", str(first),
+    children = [subprocess.Popen([sys.executable, "-m", "tests.simulation.sim", "--first", str(first),
                                   "--count", str(min(share, count - first)), "--parent", str(os.getpid()), *extra],
                                  cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 for first in range(0, count, share)]

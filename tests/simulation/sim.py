@@ -580,8 +580,8 @@ def run_range(first: int, count: int, folder: str | Path | None = None, parent: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m firesafe.drill.sim --first 0 --count 1000``: run seeds, print a JSON summary."""
-    parser = argparse.ArgumentParser(prog="python -m firesafe.drill.sim")
+    """``python -m tests.simulation.sim --first 0 --count 1000``: run seeds, print a JSON summary."""
+    parser = argparse.ArgumentParser(prog="python -m tests.simulation.sim")
     parser.add_argument("--first", type=int, default=0)
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--no-dedupe", action="store_true", help="the provider applies every call (a control)")
