@@ -88,7 +88,7 @@ class Limit:
                 and self.spec.concurrency is None):
             return
         job = self.ctx.job
-        report = Report(job.id, self.ctx.job.token, job.run, (self.name,), outcome, pause_for=pause_for,
+        report = Report(job.id, job.token, job.run, (self.name,), outcome, pause_for=pause_for,
                         draw=self._random.random(), release=self.spec.concurrency is not None, key=job.key)
         try:
             verdict = self.ctx._store.limiter_report_many({self.name: self.spec}, [report])[0]
