@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import gc
-import inspect
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
-from firesafe.clock import Clock, to_timestamp
+from firesafe.clock import Clock
 from firesafe.deadletters import DeadLetters
-from firesafe.errors import MAX_DELAY, ConfigError, IdempotencyConflict, InvalidInput, JobNotFound
+from firesafe.errors import ConfigError, InvalidInput, JobNotFound
 from firesafe.hooks import Hook, Hooks, JobsReplayed
-from firesafe.idempotency.keys import check_key, check_name, fingerprint, new_key, payload_json
+from firesafe.idempotency.keys import check_key
+from firesafe.jobs import JobDef, in_thread
 from firesafe.masking import Mask
 from firesafe.masking import extend as extend_mask
 from firesafe.models import Job
@@ -26,14 +23,13 @@ from firesafe.retries.backoff import Backoff
 from firesafe.retries.decide import DEFAULT_MAX_DEFERRALS
 from firesafe.states import State
 from firesafe.store import Store, check_schema, resolve_url
-from firesafe.store.base import InsertParams, JobFilter
+from firesafe.store.base import JobFilter
 from firesafe.stores import open_store
 
 log = logging.getLogger("firesafe")
 
-#: Reserved keyword names of ``enqueue``; a job function cannot take arguments with these names.
-RESERVED = frozenset({"key", "delay", "run_at", "queue", "conn"})
-
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 @dataclass(frozen=True)
 class Retention:
@@ -42,231 +38,6 @@ class Retention:
     succeeded: float = 7 * 86400
     cancelled: float = 7 * 86400
     dead: float = 30 * 86400
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Hold off the cyclic garbage collector for a moment (it is switched back on after, if it was).
-
-    Building a batch of jobs creates no cycles, but its many new containers trigger collections that
-    walk every live object, again and again: half the client's cost of a large ``enqueue_many``.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-class JobDef:
-    """A declared job: call ``enqueue`` to run it in a worker."""
-
-    #: The limiters every attempt of this job runs under (``@app.job(limiter=...)``).
-    limiters: tuple[str, ...] = ()
-    #: Who hears of this job's failures (``@app.job(alert=...)``): None is the default policy, every
-    #: dead letter a ``critical`` alert. See :class:`firesafe.alerts.policy.AlertPolicy`.
-    alert: Any = None
-
-    def __init__(self, app: App, fn: Callable[..., Any], *, name: str, queue: str, max_attempts: int,
-                 backoff: Backoff, timeout: float | None, give_up_on: tuple[type[BaseException], ...],
-                 max_deferrals: int) -> None:
-        self.app = app
-        self.fn = fn
-        self.name = check_name(name, "job name")
-        self.queue = check_name(queue, "queue name")
-        if not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ConfigError(f"job {name!r}: max_attempts must be a whole number >= 1")
-        if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
-                                    or not 0 < timeout < float("inf")):
-            raise ConfigError(f"job {name!r}: timeout must be > 0 seconds (or None), not {timeout!r}")
-        if not isinstance(max_deferrals, int) or isinstance(max_deferrals, bool) or max_deferrals < 0:
-            raise ConfigError(f"job {name!r}: max_deferrals must be a whole number >= 0, not {max_deferrals!r}")
-        if not isinstance(backoff, Backoff):
-            raise ConfigError(f"job {name!r}: backoff must be a firesafe.Backoff")
-        for exc in give_up_on:
-            if not (isinstance(exc, type) and issubclass(exc, BaseException)):
-                raise ConfigError(f"job {name!r}: give_up_on takes exception classes, not {exc!r}")
-        self.max_attempts = max_attempts
-        self.backoff = backoff
-        self.timeout = timeout
-        self.give_up_on = tuple(give_up_on)
-        self.max_deferrals = max_deferrals
-        self.is_async = inspect.iscoroutinefunction(fn)
-        self.signature = inspect.signature(fn)
-        params = list(self.signature.parameters.values())
-        if not params:
-            raise ConfigError(f"job {name!r}: the function must take ctx as its first argument")
-        clash = RESERVED & {p.name for p in params[1:]}
-        if clash:
-            raise ConfigError(f"job {name!r}: argument name(s) {sorted(clash)} are reserved by enqueue()")
-        self.arg_names = [p.name for p in params[1:]
-                          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        self._arg_names_json = json.dumps(self.arg_names)
-        # How many arguments a plain positional call passes (-1: defaults, *args or keyword-only exist);
-        # such a call needs no Signature.bind, which is a good part of the cost of an enqueue.
-        plain = all(p.kind == p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params[1:])
-        self._plain_arity = len(params) - 1 if plain else -1
-        functools.update_wrapper(self, fn)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Call the function directly (with your own ``ctx``), for instance in a unit test."""
-        return self.fn(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<job {self.name} queue={self.queue}>"
-
-    def _params(self, args: Sequence[Any], kwargs: Mapping[str, Any], key: str | None, delay: float | None,
-                run_at: datetime | None, queue: str | None) -> InsertParams:
-        args, kwargs = list(args), dict(kwargs)
-        if kwargs or len(args) != self._plain_arity:
-            args, kwargs = self._bound(args, kwargs)
-        payload, plain = payload_json(args, kwargs, limit=self.app.max_payload)
-        key = check_key(key) if key is not None else new_key(self.name)
-        if delay is not None and run_at is not None:
-            raise InvalidInput("give delay or run_at, not both")
-        if delay is not None and (not isinstance(delay, (int, float)) or not 0 <= delay <= MAX_DELAY):
-            raise InvalidInput(f"delay must be a number of seconds from 0 to {MAX_DELAY:.0f} (1,000 years), "
-                               f"not {delay!r}")
-        when = None
-        if run_at is not None:
-            if not isinstance(run_at, datetime):
-                raise InvalidInput("run_at must be a timezone-aware datetime")
-            try:
-                when = to_timestamp(run_at)
-            except ValueError as exc:
-                raise InvalidInput(str(exc)) from None
-        return InsertParams(
-            key=key, name=self.name, queue=check_name(queue, "queue name") if queue else self.queue,
-            fingerprint=fingerprint(self.name, payload), payload=payload,
-            arg_names=self._arg_names_json, max_attempts=self.max_attempts, run_at=when,
-            delay=float(delay or 0.0), values=(args, kwargs) if plain else None,
-            trace_context=self.app.hooks.context() if self.app.hooks.job_context else None,
-        )
-
-    def _bound(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-        """The arguments of one call as the function's signature places them, so that a call keeps one
-        payload and one fingerprint however it is written (positionally, by name, from the CLI's
-        ``--kwargs``): each argument that can go by position does, up to the first one left out, and
-        the rest go by name. Defaults are not filled in (docs/keys.md). A call the function cannot
-        take (an unknown name, a required argument missing) raises :class:`InvalidInput`.
-        """
-        arity = self._plain_arity
-        if arity >= 0 and len(args) + len(kwargs) == arity:  # every argument required: all by position
-            rest = self.arg_names[len(args):]
-            if all(n in kwargs for n in rest):
-                return args + [kwargs[n] for n in rest], {}
-        params = self.__dict__.get("_after_ctx")
-        if params is None:
-            params = self.__dict__["_after_ctx"] = tuple(self.signature.parameters.values())[1:]
-        try:
-            given = self.signature.bind(None, *args, **kwargs).arguments
-        except TypeError as exc:
-            takes = str(inspect.Signature([p.replace(annotation=p.empty) for p in params]))
-            if not any(p.kind is p.VAR_KEYWORD for p in params):
-                unknown = sorted(set(kwargs) - {p.name for p in params if p.kind is not p.POSITIONAL_ONLY})
-                if unknown:
-                    raise InvalidInput(f"job {self.name!r} cannot take these arguments: no argument named "
-                                       f"{', '.join(map(repr, unknown))}; it takes {takes}") from None
-            raise InvalidInput(f"job {self.name!r} cannot take these arguments: {exc}; it takes {takes}") from None
-        # What BoundArguments.args and .kwargs give (less ctx), without their cost.
-        placed: list[Any] = []
-        named: dict[str, Any] = {}
-        by_name = False
-        for param in params:
-            if param.name not in given:
-                by_name = by_name or param.kind is not param.VAR_POSITIONAL
-                continue
-            value = given[param.name]
-            if param.kind is param.VAR_POSITIONAL:
-                placed.extend(value)
-            elif param.kind is param.VAR_KEYWORD:
-                named.update(value)
-            elif by_name or param.kind is param.KEYWORD_ONLY:
-                by_name = True
-                named[param.name] = value
-            else:
-                placed.append(value)
-        return placed, named
-
-    def _insert(self, params: list[InsertParams], conn: Any) -> list[Job]:
-        """Insert; a key that an earlier firesafe stored for the same arguments written another way
-        (its fingerprint was of the arguments as the call wrote them) is that job again, not a conflict."""
-        try:
-            return self.app.store.job_insert_many(params, conn=conn)
-        except IdempotencyConflict:
-            again = self._as_stored(params)
-            if again is None:
-                raise
-        return self.app.store.job_insert_many(again, conn=conn)
-
-    def _as_stored(self, params: list[InsertParams]) -> list[InsertParams] | None:
-        """``params`` with the fingerprint of each stored job of the same key and name whose arguments,
-        placed by :meth:`_bound`, are the item's own; None if there is none such."""
-        keys = sorted({p.key for p in params})
-        stored = {j.key: j for j in self.app.store.job_list(JobFilter(keys=keys, limit=len(keys)))}
-        out, found = [], False
-        for p in params:
-            job = stored.get(p.key)
-            if (job is not None and job.name == p.name and job.fingerprint != p.fingerprint
-                    and job.unreadable is None):
-                try:
-                    same = payload_json(*self._bound(list(job.args), dict(job.kwargs)), limit=None)[0] == p.payload
-                except InvalidInput:  # stored arguments that this function no longer takes
-                    same = False
-                if same:
-                    p, found = replace(p, fingerprint=job.fingerprint), True
-            out.append(p)
-        return out if found else None
-
-    def enqueue(self, *args: Any, key: str | None = None, delay: float | None = None,
-                run_at: datetime | None = None, queue: str | None = None, conn: Any = None,
-                **kwargs: Any) -> Job:
-        """Enqueue one run under ``key``; runs at most once per key.
-
-        An existing key with the same arguments (by position or by name: one call either way) returns
-        the stored job (``created`` is False) and nothing new runs; with other arguments it raises
-        :class:`IdempotencyConflict`. Arguments the function cannot take raise :class:`InvalidInput`. With
-        ``conn`` (PostgreSQL) the job is written inside that connection's open transaction.
-        """
-        params = self._params(args, kwargs, key, delay, run_at, queue)
-        job = self._insert([params], conn)[0]
-        if job.created and conn is None:
-            self.app.wake_workers()
-        return job
-
-    def enqueue_many(self, items: Iterable[Mapping[str, Any]], conn: Any = None) -> list[Job]:
-        """Enqueue many runs in one transaction, idempotent per key; all or nothing.
-
-        Each item is a mapping with optional ``args``, ``kwargs``, ``key``, ``delay``/``run_at``
-        and ``queue``.
-        """
-        with _gc_paused():  # a large batch allocates several containers a job: no collection midway
-            return self._enqueue_many(items, conn)
-
-    def _enqueue_many(self, items: Iterable[Mapping[str, Any]], conn: Any) -> list[Job]:
-        params = []
-        for n, item in enumerate(items):
-            if not isinstance(item, Mapping):
-                raise InvalidInput(f"item {n} of enqueue_many must be a mapping, not {type(item).__name__}")
-            unknown = set(item) - {"args", "kwargs", "key", "delay", "run_at", "queue"}
-            if unknown:
-                raise InvalidInput(f"item {n} of enqueue_many has unknown field(s): {sorted(unknown)}")
-            args = item.get("args", [])
-            if not isinstance(args, (list, tuple)):
-                raise InvalidInput(f"item {n}: args must be a list")
-            kwargs = item.get("kwargs", {})
-            if not isinstance(kwargs, Mapping):
-                raise InvalidInput(f"item {n}: kwargs must be a mapping")
-            params.append(self._params(args, kwargs, item.get("key"), item.get("delay"), item.get("run_at"),
-                                       item.get("queue")))
-        if not params:
-            return []
-        jobs = self._insert(params, conn)
-        if conn is None and any(j.created for j in jobs):
-            self.app.wake_workers()
-        return jobs
 
 
 class App:
@@ -361,6 +132,20 @@ class App:
             store.close()
 
     # -- declaring ---------------------------------------------------------------------------
+    # Typed so that the JobDef keeps the function's signature: its enqueue takes the function's arguments.
+    @overload
+    def job(self, fn: Callable[Concatenate[Any, _P], _R], *, name: str | None = None, queue: str = "default",
+            max_attempts: int = 5, backoff: Backoff | None = None, timeout: float | None = None,
+            give_up_on: Iterable[type[BaseException]] = (), max_deferrals: int = DEFAULT_MAX_DEFERRALS,
+            limiter: str | None = None, limiters: Sequence[str] | None = None,
+            alert: Any = None) -> JobDef[_P, _R]: ...
+    @overload
+    def job(self, fn: None = None, *, name: str | None = None, queue: str = "default",
+            max_attempts: int = 5, backoff: Backoff | None = None, timeout: float | None = None,
+            give_up_on: Iterable[type[BaseException]] = (), max_deferrals: int = DEFAULT_MAX_DEFERRALS,
+            limiter: str | None = None, limiters: Sequence[str] | None = None,
+            alert: Any = None) -> Callable[[Callable[Concatenate[Any, _P], _R]], JobDef[_P, _R]]: ...
+
     def job(self, fn: Callable[..., Any] | None = None, *, name: str | None = None, queue: str = "default",
             max_attempts: int = 5, backoff: Backoff | None = None, timeout: float | None = None,
             give_up_on: Iterable[type[BaseException]] = (), max_deferrals: int = DEFAULT_MAX_DEFERRALS,
@@ -470,6 +255,11 @@ class App:
         if job is None:
             raise JobNotFound(key)
         return job
+
+    async def get_async(self, key: str) -> Job:
+        """:meth:`get` for async code: the same answer and errors, read in a worker thread so that the
+        event loop keeps running."""
+        return await in_thread(self.get, key)
 
     def jobs_list(self, *, state: str | None = None, job: str | None = None, queue: str | None = None,
                   limit: int = 100, offset: int = 0) -> list[Job]:

@@ -79,7 +79,7 @@ class Context:
         gives the job back without using an attempt. See docs/limits.md."""
         from firesafe.limits.scope import Limit
 
-        return Limit(self, name, wait)
+        return Limit(self, name, wait, app=self._app, store=self._store)
 
     def sleep(self, seconds: float, name: str | None = None) -> Any:
         """Durable sleep: the job is put back and resumes here after ``seconds``, surviving restarts;

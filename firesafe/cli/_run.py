@@ -11,13 +11,13 @@ from typing import Any
 
 import click
 
-from firesafe.app import RESERVED
 from firesafe.cli._common import Duration, JSONValue, echo_json, fail, json_option, not_empty, plain, safe_url
 from firesafe.cli._loader import load_app
 from firesafe.cli._render import masked_job_dict, to_json
 from firesafe.errors import IdempotencyConflict
 from firesafe.hooks import Hook
 from firesafe.idempotency.keys import check_name
+from firesafe.jobs import RESERVED
 from firesafe.masking import mask
 
 log = logging.getLogger("firesafe.worker")

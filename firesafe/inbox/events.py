@@ -28,7 +28,8 @@ from firesafe.sanitize import for_store
 from firesafe.store.base import JobFilter
 
 if TYPE_CHECKING:
-    from firesafe.app import App, JobDef
+    from firesafe.app import App
+    from firesafe.jobs import JobDef
 
 log = logging.getLogger("firesafe.inbox")
 

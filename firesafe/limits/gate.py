@@ -25,7 +25,7 @@ from firesafe.limits.bucket import fresh_for
 from firesafe.limits.store import Acquire, Report
 from firesafe.limits.waitlog import WAITS
 from firesafe.states import Outcome, State
-from firesafe.store.base import Claimed, FinishParams
+from firesafe.store.base import Claimed, FinishParams, released
 
 if TYPE_CHECKING:
     from firesafe.limits.bucket import LimiterSpec
@@ -157,9 +157,19 @@ def admitted(fin: FinishParams, limiters: tuple[str, ...], at: float) -> FinishP
     return replace(fin, detail=json.dumps(detail))
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What :meth:`Gate.admit` made of a claim: the jobs that may start now, how many others were
+    given back to wait for their limiters, and how many of those had lost their lease already."""
+
+    start: list[Claimed]
+    deferred: int = 0
+    fenced: int = 0
+
+
 class Gate:
     """The limiters of one worker's app. It plugs into the worker through its public parts only: the
-    worker's ``app``, ``store``, ``random``, ``stats``, ``concurrency`` and :meth:`Worker.leases`,
+    worker's ``app``, ``store``, ``random``, ``concurrency`` and :meth:`Worker.leases`,
     and its completer, which books the attempts the gate gives back (:meth:`Completer.give_back`)
     and keeps what a store fault stopped it from writing (:meth:`Completer.keep`)."""
 
@@ -176,25 +186,25 @@ class Gate:
         self._due: list[float] = []  # monotonic times at which jobs this worker gave back come up
 
     # -- after a claim ---------------------------------------------------------------------------
-    def admit(self, claimed: list[Claimed]) -> list[Claimed]:
-        """The claimed jobs that may start now; the others were given back in the store."""
+    def admit(self, claimed: list[Claimed]) -> Admission:
+        """The claimed jobs that may start now (the others were given back in the store), and how
+        many of those were given back to wait, or found their lease gone (the worker counts them)."""
         items = [Acquire(c.job.id, c.token, c.job.runs, self.job_limiters[c.job.name], self.worker.random.random(),
                          key=c.job.key)
                  for c in claimed if c.job.name in self.job_limiters]
         if not items:
-            return claimed
+            return Admission(claimed)
         try:
             sent = time.time()
             grants = self.store.limiter_acquire_many(self.specs, items)
         except StoreError:
-            from firesafe.worker.executor import released
-
             limited = {it.job_id for it in items}
             back = [released(c, "the store failed before the job's limiters were checked")
                     for c in claimed if c.job.id in limited]
             self.worker.completer.keep(back)  # given back once the store answers
             raise
         refused: set[int] = set()
+        deferred = fenced = 0
         now = time.monotonic()
         if grants:
             self.clock.learn(sent, grants[0].at)
@@ -204,15 +214,15 @@ class Gate:
                 continue
             refused.add(g.job_id)
             if g.applied:
-                self.worker.stats.deferred += 1
+                deferred += 1
                 heapq.heappush(self._due, now + g.delay)
                 log.debug("%s waits %.3fs for limiter %s (%s)", it.key, g.delay, g.limiter, g.why)
                 WAITS.note(g.limiter, g.why, g.delay)  # at INFO: a summary per limiter, once a minute
             else:
-                self.worker.stats.fenced += 1
+                fenced += 1
         if refused:
             log.debug("%d job(s) wait for limiters; %d may start", len(refused), len(claimed) - len(refused))
-        return [c for c in claimed if c.job.id not in refused]
+        return Admission([c for c in claimed if c.job.id not in refused], deferred, fenced)
 
     def sleep_time(self, wait: float) -> float:
         """The loop's nap, shortened to wake when jobs it gave back come up."""

@@ -41,9 +41,9 @@ def _outcome(exc: BaseException | None) -> str:
 class Limit:
     """The context manager ``ctx.limit(name)`` returns; use ``with`` (or ``async with`` in async jobs)."""
 
-    def __init__(self, ctx: Context, name: str, wait: float = DEFAULT_WAIT) -> None:
-        app = ctx._app
-        if app is None or ctx._store is None:
+    def __init__(self, ctx: Context, name: str, wait: float = DEFAULT_WAIT, *, app: Any = None,
+                 store: Any = None) -> None:
+        if app is None or store is None:
             raise RuntimeError("ctx.limit works inside a worker (this ctx has no app or store)")
         limiter = app.limiters.get(name)
         if limiter is None:
@@ -52,6 +52,7 @@ class Limit:
         if not isinstance(wait, (int, float)) or wait < 0:
             raise ConfigError(f"ctx.limit({name!r}): wait must be a number of seconds >= 0")
         self.ctx = ctx
+        self.store = store  # the worker's store, which ctx was given
         self.name = name
         self.spec = limiter.spec
         self.wait = float(wait)
@@ -66,7 +67,7 @@ class Limit:
     def _ask(self) -> Any:
         job = self.ctx.job
         item = Acquire(job.id, job.token, job.run, (self.name,), self._random.random(), defer=False, key=job.key)
-        return self.ctx._store.limiter_acquire_many({self.name: self.spec}, [item])[0]
+        return self.store.limiter_acquire_many({self.name: self.spec}, [item])[0]
 
     def _refused(self, grant: Any, deadline: float) -> float:
         """Seconds to sleep before asking again; raises if the turn is beyond ``wait``."""
@@ -91,7 +92,7 @@ class Limit:
         report = Report(job.id, job.token, job.run, (self.name,), outcome, pause_for=pause_for,
                         draw=self._random.random(), release=self.spec.concurrency is not None, key=job.key)
         try:
-            verdict = self.ctx._store.limiter_report_many({self.name: self.spec}, [report])[0]
+            verdict = self.store.limiter_report_many({self.name: self.spec}, [report])[0]
         except StoreError as store_exc:  # the block's own outcome matters more; its slot ends with the attempt
             log.warning("could not tell limiter %s how the block of %s ended: %s", self.name, job.key, store_exc)
             return

@@ -13,15 +13,18 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from firesafe.app import App, JobDef
 from firesafe.errors import ConfigError
 from firesafe.idempotency.keys import check_name
+from firesafe.jobs import JobDef
 from firesafe.retries.backoff import Backoff
 from firesafe.retries.decide import DEFAULT_MAX_DEFERRALS
 from firesafe.schedules.plan import CATCHUP_POLICIES
 from firesafe.schedules.windows import Cron, Window
+
+if TYPE_CHECKING:
+    from firesafe.app import App
 
 DEFAULT_CATCHUP_WINDOW = timedelta(days=1)
 #: A window found this soon after its end is on time, not late (it covers a leader change).

@@ -26,8 +26,8 @@ from firesafe.store.base import Claimed, FinishParams
 from firesafe.worker.pool import run_coroutine
 
 if TYPE_CHECKING:
-    from firesafe.app import JobDef
     from firesafe.context import Context
+    from firesafe.jobs import JobDef
     from firesafe.limits.gate import Gate
 
 log = logging.getLogger("firesafe.worker")
@@ -280,10 +280,3 @@ def _ascii_json(text: str | None) -> str | None:
     except (ValueError, RecursionError):
         return None
 
-
-def released(claimed: Claimed, why: str) -> FinishParams:
-    """Give a claimed job back without using an attempt (shutdown before it could finish)."""
-    job = claimed.job
-    return FinishParams(job_id=job.id, token=claimed.token, seq=job.runs, state=State.SCHEDULED,
-                        outcome=Outcome.INTERRUPTED, delay=0.0, given_back=1,
-                        error_type="Interrupted", message=why)

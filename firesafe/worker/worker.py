@@ -12,6 +12,9 @@ A :class:`Worker` is made of parts:
   store: a batch's outcomes and the next claim in one transaction, run by the loop itself or,
   with a pipeline (firesafe/worker/pipeline.py, the default on PostgreSQL), by committer threads
   while the loop goes on;
+- **the prefetch** (firesafe/worker/prefetch.py): how many jobs to claim beyond the threads, by the
+  attempts' measured pace, and how many a claim asks for;
+- **the quarantine** (firesafe/worker/quarantine.py): a job that lost its worker before runs alone;
 - **the limiters' gate** (firesafe/limits/gate.py, only for an app that declares limiters) and
   **lanes** (firesafe/worker/lanes.py: several loops sharing one process).
 """
@@ -39,15 +42,18 @@ from firesafe.hooks import AttemptEnded, AttemptStarted, JobDead
 from firesafe.retries.backoff import Backoff
 from firesafe.retries.decide import DEFAULT_MAX_LOST, Budget, decide_lost
 from firesafe.states import State
-from firesafe.store.base import Claimed, ClaimParams, FinishParams, RescueParams
+from firesafe.store.base import Claimed, ClaimParams, FinishParams, RescueParams, released
 from firesafe.store.contract import ListenStore
 from firesafe.worker import collector, executor
 from firesafe.worker.completer import Completer, Meta
 from firesafe.worker.pipeline import DEFAULT_DEPTH
 from firesafe.worker.pool import Pool, Threads
+from firesafe.worker.prefetch import Prefetch, claim_size
+from firesafe.worker.quarantine import Quarantine
 
 if TYPE_CHECKING:
     from firesafe.app import App
+    from firesafe.limits.gate import Gate
     from firesafe.worker.lanes import LaneGroup
 
 log = logging.getLogger("firesafe.worker")
@@ -66,7 +72,10 @@ def worker_id_prefix(host: str, pid: int, tag: str) -> str:
 
 
 @dataclass
-class _Running:
+class Running:
+    """An attempt this worker holds: claimed, perhaps waiting for a thread, running, or concluded
+    while its thread has not returned."""
+
     claimed: Claimed
     ctx: Context
     attempt: Attempt  # the worker's side of ctx: cancel requests, the steps recorded
@@ -79,7 +88,7 @@ class _Running:
 
 
 @dataclass(frozen=True, slots=True)
-class _Unrun:
+class Unrun:
     """A claimed job that could not run here (its name is not declared, its arguments cannot be
     read): its outcome is booked like an attempt's (counted, logged, the hooks told), with no slot."""
 
@@ -134,7 +143,6 @@ class Worker:
         self.poll_interval = poll_interval
         self.grace = grace
         self._starting = threading.Lock()  # a pool thread starting a waiting job vs the loop withdrawing it
-        self._pace: float | None = None  # moving average of attempt durations (seconds)
         self.max_lost = max_lost
         self.rescue_interval = rescue_interval or min(5.0, self.lease / 3)
         self.heartbeat_interval = self.lease / 3
@@ -151,23 +159,20 @@ class Worker:
         self.lane = lane
         self._leads = lane == 0
         self.stats = WorkerStats()
-        self._done: queue.SimpleQueue[tuple[_Running, executor.AttemptResult]] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[Running, executor.AttemptResult]] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stopping = threading.Event()
-        # By (job id, run): a timed-out or lost attempt keeps its slot until its thread returns, while
-        # the same job may already run again here.
-        self._running: dict[tuple[int, int], _Running] = {}
-        self._suspects: set[tuple[int, int]] = set()  # keys of attempts of jobs lost before (some left _running)
+        # The attempts this worker holds, by (job id, run): a timed-out or lost attempt keeps its slot
+        # until its thread returns, while the same job may already run again here.
+        self.running: dict[tuple[int, int], Running] = {}
         # When a job waiting for a thread may next have to be given back (see _withdraw), monotonic.
         self._withdraw_due = 0.0
         self._pool: Threads | None = None
-        # Quarantine: one worker per queue set (a leader lease) runs suspects, alone.
-        self._isolation_name = "isolator:" + ",".join(sorted(self.queues))
-        self._isolating = False
-        self._suspects_due = False
-        self._idle_probe_at = 0.0  # when an isolating worker with nothing running may look for suspects again
         # The clock of every duration, deadline and timer of this worker (the simulation's is fake).
         self.monotonic: Callable[[], float] = time.monotonic
+        # Quarantine: one worker per queue set (a leader lease) runs suspects, alone.
+        self.quarantine = Quarantine(self.store, self.queues, self.id, max(self.lease, 3 * self.rescue_interval),
+                                     poll_interval, lambda: self.monotonic())
         # When the loop's turns last heartbeat, rescued and pruned, and when a stopping loop gives up.
         self._last_beat = self._last_rescue = self._last_prune = -math.inf
         self._stop_at: float | None = None
@@ -177,30 +182,25 @@ class Worker:
         self.completer = Completer(self.store, self._book)
         self._linger_until: float | None = None  # outcomes wait until then for the rest of their batch
         # Limiters (firesafe/limits): None unless the app declares some; checks their config now.
-        self._limits: Any = None
+        self._limits: Gate | None = None
         if app.limiters or any(j.limiters for j in app.jobs.values()):
             from firesafe.limits.gate import Gate
 
             self._limits = Gate(self)
-        # Jobs claimed beyond the threads, to start as soon as a thread is free (see _prefetching):
-        # ``prefetch`` is the most; None sizes it by the attempts' pace, from the concurrency up to
-        # PREFETCH_HOLD jobs held in all. Off with limiters (a waiting job would hold its tokens) and
-        # when the app has a job of a single attempt (a prefetched job lost with its worker uses an
-        # attempt: such a job would go dead without having run; any queue, since enqueue may
-        # override a job's queue).
-        self._prefetch_sized = prefetch is None
-        hold = self.PREFETCH_HOLD // (group.size if group is not None else 1)  # the loops share it
-        self.prefetch = (max(self.concurrency, hold - self.concurrency) if prefetch is None
-                         else max(0, prefetch))
-        if self._limits is not None or any(j.max_attempts == 1 for j in app.jobs.values()):
-            self.prefetch = 0
-        self.batch = batch or self.concurrency + self.prefetch
+        # Jobs claimed beyond the threads, to start as soon as a thread is free (firesafe/worker/prefetch.py):
+        # ``prefetch`` is the most; None sizes it by the attempts' pace. Off with limiters (a waiting
+        # job would hold its tokens) and when the app has a job of a single attempt (a prefetched job
+        # lost with its worker uses an attempt: such a job would go dead without having run; any
+        # queue, since enqueue may override a job's queue).
+        self.prefetch = Prefetch(self.concurrency, prefetch, lanes=group.size if group is not None else 1,
+                                 off=self._limits is not None or any(j.max_attempts == 1 for j in app.jobs.values()))
+        self.batch = batch or self.concurrency + self.prefetch.most
         # Store transactions in flight (firesafe/worker/pipeline.py): by default two where the store
         # has concurrent writers and the loop prefetches (so that a batch runs while the next one's
         # transaction does) and is its process's only one; otherwise one, the loop waiting for each.
         # A suspect is always claimed with nothing in flight, and limiters keep the loop to one.
         if pipeline is None:
-            pipeline = DEFAULT_DEPTH if self.store.concurrent_writers and self.prefetch else 1
+            pipeline = DEFAULT_DEPTH if self.store.concurrent_writers and self.prefetch.most else 1
         elif isinstance(pipeline, bool) or not isinstance(pipeline, int) or pipeline < 1:
             raise ConfigError(f"pipeline must be a whole number >= 1, not {pipeline!r}")
         # Lanes (firesafe/worker/lanes.py) do the same job another way, so a lane's loop keeps one.
@@ -227,11 +227,11 @@ class Worker:
     def leases(self) -> set[tuple[int, str]]:
         """The attempts this worker holds, by ``(job id, lease token)`` (ended ones whose threads have
         not returned included)."""
-        return {(r.claimed.job.id, r.claimed.token) for r in self._running.values()}
+        return {(r.claimed.job.id, r.claimed.token) for r in self.running.values()}
 
     def holds_slots(self) -> bool:
         """Whether an attempt holds one of its threads, even one concluded as timed out."""
-        return bool(self._running)
+        return bool(self.running)
 
     def busy(self) -> bool:
         """Whether anything is left to do here: an attempt to conclude, or outcomes and claims still to
@@ -261,8 +261,8 @@ class Worker:
         store_backoff = Backoff(base=0.5, factor=2.0, cap=15.0, jitter="equal")
         faults = 0
         log.info("worker %s started: queues=%s concurrency=%d prefetch=%s pipeline=%d%s", self.id,
-                 ",".join(self.queues), self.concurrency, f"paced(max={self.prefetch})"
-                 if self._prefetch_sized and self.prefetch else self.prefetch, self.pipeline,
+                 ",".join(self.queues), self.concurrency, f"paced(max={self.prefetch.most})"
+                 if self.prefetch.sized and self.prefetch.most else self.prefetch.most, self.pipeline,
                  f" lane={self.lane + 1}/{self._group.size}" if self._group else "")
         try:
             while True:
@@ -317,7 +317,7 @@ class Worker:
             self._last_beat = now
         if now - self._last_rescue >= self.rescue_interval and self._leads:
             self._rescue()
-            self._check_isolation()
+            self.quarantine.check()
             self._last_rescue = now
         if now - self._last_prune >= self.app.prune_interval and self._leads:
             self.app.prune()
@@ -348,13 +348,13 @@ class Worker:
         """Whether an attempt is still to conclude here. One concluded as timed out whose thread has
         not returned (a job that ignores ``ctx.cancelled``) keeps its thread's slot, but nothing waits
         for it: its outcome is saved, so a burst worker may end and a stopping one need not wait."""
-        return any(not r.done for r in self._running.values())
+        return any(not r.done for r in self.running.values())
 
-    def _held(self) -> list[_Running]:
+    def _held(self) -> list[Running]:
         """The attempts whose leases this loop keeps or gives back: not concluded, and their outcome
         not in the pipeline (the commit in flight ends those leases, or they run out)."""
         flying = self.completer.in_flight()
-        return [r for k, r in self._running.items() if not r.done and k not in flying]
+        return [r for k, r in self.running.items() if not r.done and k not in flying]
 
     def _collect(self) -> None:
         """Take in the pipeline's transactions that ended (see :meth:`Completer.collect`): their
@@ -384,7 +384,7 @@ class Worker:
         outcome only waits a little longer in memory, its lease held and heartbeated as before."""
         back = self._done.qsize()
         if not back or self.completer.unsaved or self._stopping.is_set() or back >= sum(
-                1 for r in self._running.values() if not r.done and not r.saving):
+                1 for r in self.running.values() if not r.done and not r.saving):
             self._linger_until = None
             return False
         now = self.monotonic()
@@ -399,9 +399,10 @@ class Worker:
         wait = self.poll_interval
         if self._linger_until is not None:
             wait = min(wait, max(0.0, self._linger_until - self.monotonic()))
-        # Attempts end by their deadline; jobs waiting for a thread are given back after PREFETCH_WAIT.
-        deadlines = [due for r in self._running.values() if not r.done and (
-            due := r.claimed_at + self.PREFETCH_WAIT if r.started is None else r.deadline) is not None]
+        # Attempts end by their deadline; jobs waiting for a thread are given back after Prefetch.wait.
+        give_back = self.prefetch.wait
+        deadlines = [due for r in self.running.values() if not r.done and (
+            due := r.claimed_at + give_back if r.started is None else r.deadline) is not None]
         if deadlines:
             wait = min(wait, max(0.0, min(deadlines) - self.monotonic()))
         if self._limits is not None:  # wake when jobs given back to a limiter come up
@@ -430,94 +431,40 @@ class Worker:
 
     def _claim(self) -> list[Claimed]:
         """Claim what fits in the free slots. A job that lost its worker before (a suspect of
-        killing it) runs alone, in the one worker holding the isolation lease, so a poison job
-        cannot take the jobs beside it down with it: they never share its process."""
+        killing it) runs alone, in the one worker holding the isolation lease (see
+        firesafe/worker/quarantine.py)."""
         # The attempts whose outcomes wait in the outbox free their slots with this claim, and so do
         # those whose outcomes are in flight (a claim in flight holds the slots it may fill instead).
         leaving = self.completer.leaving()
-        staying = [r for k, r in self._running.items() if k not in leaving]
-        if self._suspects:  # the attempts of suspects still here (nearly always none)
-            self._suspects = {k for k in self._suspects if k in self._running}
-            if any(k not in leaving for k in self._suspects):
-                return []
+        staying = [r for k, r in self.running.items() if k not in leaving]
+        q = self.quarantine
+        if q.holding(self.running, leaving):  # a suspect runs here: nothing beside it
+            return []
         flying = self.completer.flying
         group = self._group
         if group is not None and not self._leads:  # another loop of this process: see LaneGroup
-            return group.claim_beside(lambda: self._take_free(staying))
-        idle_probe = (not staying and not flying and self.monotonic() >= self._idle_probe_at
-                      and (group is None or not group.others_busy(self)))
-        if self._isolating and (self._suspects_due or idle_probe):
+            return group.claim_beside(lambda: self.claim_free(staying))
+        if q.isolating and q.wants(idle=not staying and not flying and (group is None or not group.others_busy(self))):
             if (group is not None and not group.clear_for_suspect(self)) or staying or flying:
                 return []  # let the running attempts finish (this loop's and the others'), then run it alone
             self._save_outbox(here=True)  # a suspect is claimed on its own, with nothing in flight
             claimed = self._take(1, suspects=True)
             if claimed:
                 return claimed
-            self._suspects_due = False
-            # Looking for suspects that are not there scans the waiting jobs (no index has `lost`):
-            # a worker draining a backlog is idle between every two batches, so look once per poll.
-            self._idle_probe_at = self.monotonic() + self.poll_interval
+            q.none_found()
         if group is not None:
             group.suspect_done()
-        return self._take_free(staying)
+        return self.claim_free(staying)
 
-    def _take_free(self, staying: list[_Running]) -> list[Claimed]:
-        """Claim the free slots: what the threads and the prefetch allow, less what stays and what the
-        claims in flight may fill, at most a batch. With a pipeline, at most a share of the whole
-        (one transaction's worth of ``depth``), so that the next claim has slots to fill while this
-        one is in flight: a claim of everything would leave the pipeline's other committer idle,
-        the loop and the store taking turns again (measured: a no-op drain on PostgreSQL had two
-        transactions in flight 0% of the time, of 512 jobs each; with shares of 256, 55%). A share
-        is never less than the threads, so a worker that prefetches nothing claims as without one."""
-        want = self.concurrency + self._prefetching()
-        free = min(want - len(staying), self.batch)
+    def claim_free(self, staying: Sequence[Running]) -> list[Claimed]:
+        """Claim the free slots (lanes call it for the loops that do not lead): what the threads and
+        the prefetch allow, less the attempts ``staying`` and what the claims in flight may fill,
+        sized by :func:`~firesafe.worker.prefetch.claim_size`."""
         pipe = self.completer.pipe
-        if pipe is not None:
-            share = max(self.concurrency, -(-want // pipe.depth))
-            free = min(free - pipe.reserved(), share)
-        if free <= 0:
-            return []
-        return self._take(free, suspects=False)
-
-    #: Prefetch only while attempts average less than this (seconds).
-    PREFETCH_BELOW = 0.02
-    #: A prefetched job that waited this long for a thread is given back for other workers (seconds).
-    PREFETCH_WAIT = 1.0
-    #: A prefetch sized by the pace (the default) holds at most this many jobs, running and waiting,
-    #: or twice the concurrency if that is more. The pace keeps it to what the threads run in about
-    #: PREFETCH_BELOW, so only attempts well under a millisecond reach it (docs/operations.md).
-    PREFETCH_HOLD = 512
-
-    def _prefetching(self) -> int:
-        """How many jobs to claim beyond the free threads while attempts are short, else 0.
-
-        Each batch of outcomes costs one commit (a disk flush on SQLite, a round trip and a WAL flush
-        on PostgreSQL). With short jobs that commit, not the jobs, sets the pace: claiming beyond the
-        threads saves more outcomes per commit, and a thread that frees up starts a waiting job at
-        once instead of after the next commit. A prefetched job waits behind the running ones, so
-        only while their moving average (each attempt weighs a fifth) is under ``PREFETCH_BELOW``;
-        a job that waits ``PREFETCH_WAIT`` all the same is given back (see :meth:`_withdraw`). Off
-        entirely for some apps (see ``__init__``).
-
-        How many: ``prefetch`` if it was given. By default, as many as the threads run in about
-        ``PREFETCH_BELOW`` at the current pace (k waiting jobs wait about k x pace / concurrency
-        for the last to start), at least the concurrency and at most ``self.prefetch``."""
-        pace = self._pace
-        if not self.prefetch or pace is None or pace >= self.PREFETCH_BELOW:
-            return 0
-        if not self._prefetch_sized:
-            return self.prefetch
-        within = int(self.concurrency * self.PREFETCH_BELOW / max(pace, 1e-6))
-        return max(self.concurrency, min(self.prefetch, within))
-
-    def _note_duration(self, seconds: float) -> None:
-        self._pace = seconds if self._pace is None else self._pace + 0.2 * (seconds - self._pace)
-
-    def _check_isolation(self) -> None:
-        ttl = max(self.lease, 3 * self.rescue_interval)
-        self._isolating = self.store.leader_acquire(self._isolation_name, self.id, ttl)
-        if self._isolating:
-            self._suspects_due = self.store.job_pending(self.queues).suspects > 0
+        free = claim_size(self.concurrency + self.prefetch.want(), len(staying), self.batch,
+                          depth=pipe.depth if pipe is not None else 1,
+                          reserved=pipe.reserved() if pipe is not None else 0, concurrency=self.concurrency)
+        return self._take(free, suspects=False) if free else []
 
     def _take(self, limit: int, suspects: bool) -> list[Claimed]:
         """Claim up to ``limit`` jobs (the outbox's outcomes go in the same transaction) and start
@@ -526,8 +473,13 @@ class Worker:
         if not claimed:
             return claimed
         self.stats.claimed += len(claimed)
-        # Jobs under limiters that may not start now are given back in the store (no attempt used).
-        for c in self._limits.admit(claimed) if self._limits is not None else claimed:
+        start = claimed
+        if self._limits is not None:  # jobs under limiters that may not start now were given back (no attempt used)
+            admission = self._limits.admit(claimed)
+            start = admission.start
+            self.stats.deferred += admission.deferred
+            self.stats.fenced += admission.fenced
+        for c in start:
             self._start(c)
         return claimed
 
@@ -552,11 +504,10 @@ class Worker:
         timeout = (jobdef.timeout + max(0.5, jobdef.timeout / 10) if jobdef.is_async else jobdef.timeout) \
             if jobdef.timeout else None
         now = self.monotonic()
-        running = _Running(claimed, ctx, attempt, now, now + self._startable_for)
-        self._running[(job.id, job.runs)] = running
-        self._withdraw_due = min(self._withdraw_due, now + self.PREFETCH_WAIT, running.lease_until)
-        if job.lost > 0:
-            self._suspects.add((job.id, job.runs))
+        running = Running(claimed, ctx, attempt, now, now + self._startable_for)
+        self.running[(job.id, job.runs)] = running
+        self._withdraw_due = min(self._withdraw_due, now + self.prefetch.wait, running.lease_until)
+        self.quarantine.started((job.id, job.runs), job.lost)
 
         def task() -> None:
             with self._starting:
@@ -595,7 +546,7 @@ class Worker:
         attempt's). A store fault keeps it to save again (see :meth:`_flush`) without stopping the
         start of the jobs claimed with it."""
         try:
-            self.completer.complete([fin], [(_Unrun(claimed), None)])
+            self.completer.complete([fin], [(Unrun(claimed), None)])
         except StoreError as exc:
             log.error("could not save the outcome of a job that cannot run (%s); saving it again later", exc)
 
@@ -611,11 +562,11 @@ class Worker:
             except queue.Empty:
                 break
             if running.done:  # already concluded as timed out or released: the late result is void
-                self._running.pop((running.claimed.job.id, running.claimed.job.runs), None)
+                self.running.pop((running.claimed.job.id, running.claimed.job.runs), None)
                 log.warning("late result of %s dropped (attempt already ended)", running.claimed.job.key)
                 self.stats.fenced += 1
                 continue
-            self._note_duration(res.duration)
+            self.prefetch.note(res.duration)
             jobdef = self.app.jobs[running.claimed.job.name]
             finishes.append(executor.conclude(running.claimed, jobdef, res, self.random.random(),
                                               cancel_requested=running.ctx.cancelled,
@@ -636,10 +587,10 @@ class Worker:
 
     def _timeouts(self) -> None:
         now = self.monotonic()
-        if self._stopping.is_set() or (len(self._running) > self.concurrency  # some may wait for a thread
+        if self._stopping.is_set() or (len(self.running) > self.concurrency  # some may wait for a thread
                                        and now >= self._withdraw_due):
             self._withdraw(now)
-        expired = [r for r in self._running.values()
+        expired = [r for r in self.running.values()
                    if r.deadline and not r.done and not r.saving and now >= r.deadline]
         if not expired:
             return
@@ -647,7 +598,7 @@ class Worker:
         for r in expired:
             jobdef = self.app.jobs[r.claimed.job.name]
             duration = now - (r.started or now)
-            self._note_duration(duration)
+            self.prefetch.note(duration)
             res = executor.AttemptResult(
                 executor.TimedOut(f"the attempt ran longer than its timeout of {jobdef.timeout:g}s"),
                 timed_out=True, duration=duration)
@@ -662,31 +613,32 @@ class Worker:
 
     def _withdraw(self, now: float) -> None:
         """Give back the prefetched jobs no thread has started that should not wait here any longer:
-        all of them once the worker is stopping; one that waited ``PREFETCH_WAIT`` (every thread is
+        all of them once the worker is stopping; one that waited ``Prefetch.wait`` (every thread is
         busy with something long, or stuck in an attempt past its timeout), so another worker can run
         it; one whose lease may lapse (heartbeats failing). Each is recorded as ``interrupted`` and is
         runnable again at once, its attempt given back. One whose lease was lost is only forgotten.
         A wait that long also stops prefetching (the attempts ahead are that long at least), so this
         worker does not take the same job back while its threads are still busy."""
         stopping = self._stopping.is_set()
-        out: list[tuple[_Running, str]] = []
+        wait = self.prefetch.wait
+        out: list[tuple[Running, str]] = []
         due = math.inf  # when the next of those that stay would be given back: no need to look before
         with self._starting:  # a thread starts a waiting job, or the loop takes it back: never both
-            for key, r in list(self._running.items()):
+            for key, r in list(self.running.items()):
                 if r.started is not None:
                     continue
                 if r.done:  # its lease was lost while it waited (see _heartbeat): nothing to save
-                    del self._running[key]
-                elif stopping or now - r.claimed_at >= self.PREFETCH_WAIT or now >= r.lease_until:
-                    self._pace = max(self._pace or 0.0, now - r.claimed_at, self.PREFETCH_BELOW)
+                    del self.running[key]
+                elif stopping or now - r.claimed_at >= wait or now >= r.lease_until:
+                    self.prefetch.waited(now - r.claimed_at)
                     r.done = True
                     out.append((r, "the worker stopped before the attempt started" if stopping else
                                 f"waited {now - r.claimed_at:.1f}s for a thread of this worker; given back"))
                 else:
-                    due = min(due, r.claimed_at + self.PREFETCH_WAIT, r.lease_until)
+                    due = min(due, r.claimed_at + wait, r.lease_until)
         self._withdraw_due = due
         if out:
-            self.completer.complete([executor.released(r.claimed, why) for r, why in out], [(r, None) for r, _ in out])
+            self.completer.complete([released(r.claimed, why) for r, why in out], [(r, None) for r, _ in out])
 
     def _book(self, finishes: list[FinishParams], meta: Meta | None, applied: list[bool],
               keep_slots: bool = False) -> None:
@@ -697,7 +649,7 @@ class Worker:
         for i, (fin, ok) in enumerate(zip(finishes, applied, strict=True)):
             running = meta[i][0] if meta else None
             if running is not None and not keep_slots:
-                self._running.pop((fin.job_id, running.claimed.job.runs), None)
+                self.running.pop((fin.job_id, running.claimed.job.runs), None)
             if not ok:
                 self.stats.fenced += 1
                 log.warning("attempt of %s ended after its lease was lost; its result was dropped",
@@ -808,7 +760,7 @@ class Worker:
             r.attempt.request_cancel()
             r.done = True
         try:  # booked as any outcome (counted, logged, the finish hooks run); the slots free at shutdown
-            self.completer.complete([executor.released(r.claimed, "worker shut down before the attempt ended")
+            self.completer.complete([released(r.claimed, "worker shut down before the attempt ended")
                                      for r in pending], [(r, None) for r in pending], keep_slots=True)
         except StoreError as exc:
             log.error("could not release jobs (%s); their leases will expire and they will be rescued", exc)
@@ -832,8 +784,7 @@ class Worker:
             self._pool.shutdown()
         try:
             self.store.worker_remove(self.id)
-            if self._isolating:
-                self.store.leader_release(self._isolation_name, self.id)
+            self.quarantine.release()
         except StoreError:
             pass
         log.info("worker %s stopped: %s", self.id, json.dumps(self.stats.__dict__))

@@ -162,7 +162,7 @@ def run_worker(opts: argparse.Namespace) -> int:
     worker = app.worker(concurrency=opts.concurrency, burst=opts.burst, wait_scheduled=opts.burst,
                         grace=opts.grace, poll_interval=opts.poll, max_lost=opts.max_lost)
     if opts.prefetch_below is not None:  # what counts as short, so a test does not hang on the disk's speed
-        worker.PREFETCH_BELOW = opts.prefetch_below
+        worker.prefetch.below = opts.prefetch_below
     worker.install_signal_handlers()
     stats = worker.run()
     app.close()

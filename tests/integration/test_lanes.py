@@ -18,7 +18,8 @@ from firesafe import App, Backoff, ConfigError, State
 from firesafe.store.base import ClaimParams
 from firesafe.worker import Worker
 from firesafe.worker.lanes import Lanes, added, shares
-from firesafe.worker.worker import _Running
+from firesafe.worker.prefetch import HOLD
+from firesafe.worker.worker import Running as Held
 from tests.processes import wait_until
 
 
@@ -70,11 +71,11 @@ def test_one_loop_by_default_and_lanes_split_the_threads_and_the_hold(app: App) 
     assert isinstance(two, Lanes) and [w.concurrency for w in two.workers] == [4, 4]
     assert [w.lane for w in two.workers] == [0, 1]
     # the paced prefetch's hold is shared too: each loop holds up to half of it, its 4 threads included
-    assert [w.prefetch for w in two.workers] == [Worker.PREFETCH_HOLD // 2 - 4] * 2
+    assert [w.prefetch.most for w in two.workers] == [HOLD // 2 - 4] * 2
     assert [w.pipeline for w in two.workers] == [1, 1]  # lanes take turns with the store one by one
     assert isinstance(app.runner(None, 3, concurrency=1), Worker)  # one thread: one loop
     three = app.runner(None, 3, concurrency=8, prefetch=5)
-    assert [(w.concurrency, w.prefetch) for w in three.workers] == [(3, 2), (3, 2), (2, 1)]
+    assert [(w.concurrency, w.prefetch.most) for w in three.workers] == [(3, 2), (3, 2), (2, 1)]
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
@@ -144,8 +145,8 @@ def test_a_burst_loop_is_not_done_while_another_loop_of_its_process_has_attempts
     runner = app.runner(None, 2, concurrency=4, burst=True)
     leader, other = runner.workers
     assert other._idle() and leader._idle()  # nothing runnable, nothing running: done
-    held = _Running(claimed=None, ctx=None, attempt=None, claimed_at=0.0, lease_until=0.0)  # type: ignore[arg-type]
-    leader._running[(1, 1)] = held  # an attempt of the leader's, not yet concluded
+    held = Held(claimed=None, ctx=None, attempt=None, claimed_at=0.0, lease_until=0.0)  # type: ignore[arg-type]
+    leader.running[(1, 1)] = held  # an attempt of the leader's, not yet concluded
     assert not other._idle()
     assert leader._idle()  # the other loop holds nothing: the leader's own attempts are its own test
     held.done = True  # concluded (timed out, say): nothing left to wait for

@@ -103,7 +103,7 @@ def test_a_pipelined_worker_runs_every_job_once_with_two_transactions_in_flight(
         sampler.join()
     assert (stats.succeeded, stats.claimed, stats.fenced) == (3000, 3000, 0)
     assert deepest.most == 2, "the drain never had two transactions in flight"
-    assert w.concurrency < held[0] <= w.concurrency + w.prefetch, held  # claims in flight hold their slots
+    assert w.concurrency < held[0] <= w.concurrency + w.prefetch.most, held  # claims in flight hold their slots
     counts = {state: n for _q, state, n in app.store.job_stats()}
     assert counts == {"succeeded": 3000}
     for key in ("k0", "k1499", "k2999"):
@@ -213,14 +213,14 @@ def test_a_claim_in_flight_holds_the_slots_it_may_fill(app: App) -> None:
     worker never holds more than its threads and prefetch even before the first reply comes."""
     declare(app)
     w = app.worker(pipeline=2)
-    w._pace = 0.0001  # attempts well under a millisecond: the whole hold
+    w.prefetch.pace = 0.0001  # attempts well under a millisecond: the whole hold
     pipe = w.completer.pipe = StorePipeline(app.store, 2, lambda: None)
     try:
         first = Request([], [], ClaimParams(w.queues, 300, w.id, 30.0))
         pipe.in_flight.append(first)  # as if submitted, its reply not yet back
-        assert w._take_free([]) == []  # the jobs come with the reply
+        assert w.claim_free([]) == []  # the jobs come with the reply
         [sent] = [r for r in pipe.in_flight if r is not first]
-        assert sent.claim is not None and sent.claim.limit == w.concurrency + w.prefetch - 300
+        assert sent.claim is not None and sent.claim.limit == w.concurrency + w.prefetch.most - 300
     finally:
         pipe.close()
 
@@ -232,12 +232,12 @@ def test_each_pipelined_claim_takes_a_share_of_the_hold_so_the_next_has_slots(ap
     turns again); the next claims take the next shares, until the pipeline is full."""
     declare(app)
     w = app.worker(pipeline=depth)
-    w._pace = 0.0001
-    hold = w.concurrency + w.prefetch
+    w.prefetch.pace = 0.0001
+    hold = w.concurrency + w.prefetch.most
     pipe = w.completer.pipe = StorePipeline(app.store, depth, lambda: None)
     try:
         for _ in range(depth + 1):
-            assert w._take_free([]) == []
+            assert w.claim_free([]) == []
         limits = [r.claim.limit for r in pipe.in_flight if r.claim is not None]
         share = -(-hold // depth)
         assert limits == [share] * (depth - 1) + [hold - share * (depth - 1)], limits
@@ -253,11 +253,11 @@ def test_a_pipelined_claim_without_prefetch_fills_every_thread(app: App, depth: 
     has nothing left to take."""
     declare(app)
     w = app.worker(pipeline=depth, concurrency=3)
-    assert w._pace is None
+    assert w.prefetch.pace is None
     pipe = w.completer.pipe = StorePipeline(app.store, depth, lambda: None)
     try:
         for _ in range(depth):
-            assert w._take_free([]) == []
+            assert w.claim_free([]) == []
         limits = [r.claim.limit for r in pipe.in_flight if r.claim is not None]
         assert limits == [3], limits
     finally:
@@ -272,11 +272,11 @@ def test_heartbeats_leave_out_exactly_the_outcomes_in_flight(app: App, monkeypat
     work.enqueue_many([{"args": [i]} for i in range(2)])
     w = app.worker(pipeline=2)
     claimed = app.store.job_claim(ClaimParams(w.queues, 2, w.id, 30.0))
-    from firesafe.worker.worker import _Running
+    from firesafe.worker.worker import Running
 
     for c in claimed:
-        w._running[(c.job.id, c.job.runs)] = _Running(c, None, None, 0.0, 0.0, started=0.0)  # type: ignore[arg-type]
-    flying, beaten = w._running[(claimed[0].job.id, claimed[0].job.runs)], w._running[(claimed[1].job.id,
+        w.running[(c.job.id, c.job.runs)] = Running(c, None, None, 0.0, 0.0, started=0.0)  # type: ignore[arg-type]
+    flying, beaten = w.running[(claimed[0].job.id, claimed[0].job.runs)], w.running[(claimed[1].job.id,
                                                                                          claimed[1].job.runs)]
     flying.saving = True
     w.completer.pipe = StorePipeline(app.store, 2, lambda: None)

@@ -1,5 +1,5 @@
 """Prefetch: a worker whose attempts are short claims jobs beyond its threads (by default as many as
-they run in about 20 ms, up to ``Worker.PREFETCH_HOLD`` held in all; ``prefetch=N`` fixes the number).
+they run in about 20 ms, up to ``firesafe.worker.prefetch.HOLD`` held in all; ``prefetch=N`` fixes the number).
 
 No prefetch once attempts run long, with ``prefetch=0``, for an app with a job of ``max_attempts=1``
 or with limiters; a prefetched job's timeout counts from its real start; a prefetched job that waits
@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from firesafe import App, State
+from firesafe.worker.prefetch import HOLD
 from tests.processes import wait_until
 
 
@@ -74,24 +75,24 @@ def test_by_default_the_prefetch_follows_the_pace_up_to_the_hold(app: App) -> No
     step = declare(app)
     step.enqueue_many([{"args": [i], "key": f"s{i}"} for i in range(1000)])
     w = app.worker(["default"], burst=True, concurrency=3, pipeline=1)  # one claim at a time, as above
-    assert w.prefetch == w.PREFETCH_HOLD - 3  # the most it may hold beyond the threads
-    w.PREFETCH_BELOW = 1.0  # "short" is under 1 s here, so a busy host cannot make the no-op jobs long
+    assert w.prefetch.most == HOLD - 3  # the most it may hold beyond the threads
+    w.prefetch.below = 1.0  # "short" is under 1 s here, so a busy host cannot make the no-op jobs long
     w.LINGER = 1.0  # and the outcomes of a batch are saved together (at once when all are back)
     assert w.run().succeeded == 1000
     # 3 threads run far more no-op attempts than the hold in a second, so claims reached the hold:
     # 512 jobs at once, not 6.
-    assert probe.limits[0] == 3 and max(probe.limits) == w.PREFETCH_HOLD
-    assert max(probe.sizes) == w.PREFETCH_HOLD
+    assert probe.limits[0] == 3 and max(probe.limits) == HOLD
+    assert max(probe.sizes) == HOLD
     # The size follows the pace: k waiting jobs wait about k x pace / concurrency for the last to
     # start, kept near PREFETCH_BELOW (20 ms).
-    del w.PREFETCH_BELOW
-    for pace, expected in [(0.019, 3), (0.01, 6), (0.002, 30), (0.0001, w.PREFETCH_HOLD - 3), (0.05, 0)]:
-        w._pace = pace
-        assert w._prefetching() == expected, pace
+    del w.prefetch.below
+    for pace, expected in [(0.019, 3), (0.01, 6), (0.002, 30), (0.0001, HOLD - 3), (0.05, 0)]:
+        w.prefetch.pace = pace
+        assert w.prefetch.want() == expected, pace
     # An explicit prefetch is the number, whatever the pace; twice the concurrency for a large one.
-    assert app.worker(["default"], concurrency=3, prefetch=5).prefetch == 5
-    large = w.PREFETCH_HOLD // 2 + 100  # more threads than half the hold: it holds twice the threads
-    assert app.worker(["default"], concurrency=large).prefetch == large
+    assert app.worker(["default"], concurrency=3, prefetch=5).prefetch.most == 5
+    large = HOLD // 2 + 100  # more threads than half the hold: it holds twice the threads
+    assert app.worker(["default"], concurrency=large).prefetch.most == large
 
 
 @pytest.mark.parametrize("how", ["long attempts", "prefetch=0", "a job of max_attempts=1", "limiters"])
@@ -110,20 +111,20 @@ def test_no_prefetch_with_long_attempts_when_turned_off_or_for_some_apps(app: Ap
     w = app.worker(["default"], burst=True, concurrency=2, **options)
     assert w.run().succeeded == 24
     assert max(probe.limits) == 2 and max(probe.sizes) == 2
-    assert w.prefetch == (w.PREFETCH_HOLD - 2 if how == "long attempts" else 0)
-    assert w._prefetching() == 0
+    assert w.prefetch.most == (HOLD - 2 if how == "long attempts" else 0)
+    assert w.prefetch.want() == 0
 
 
 def started(app: App, step: Any, **options: Any) -> tuple[Any, threading.Thread]:
     """A worker running in a thread, prefetching: "short" is under 1 s here, so a busy host cannot
     turn it off; warmed up, so it has measured its attempts."""
     w = app.worker(poll_interval=0.02, **options)
-    w.PREFETCH_BELOW = 1.0
+    w.prefetch.below = 1.0
     t = threading.Thread(target=w.run, daemon=True)
     t.start()
     step.enqueue_many([{"args": [i], "key": f"warm{i}"} for i in range(4)])
     try:
-        wait_until(lambda: w._prefetching() > 0, 20, "the worker to measure its attempts")
+        wait_until(lambda: w.prefetch.want() > 0, 20, "the worker to measure its attempts")
         # and idle again, so that the next claim has its one thread and all its prefetch free
         wait_until(lambda: all(app.get(f"warm{i}").state == State.SUCCEEDED for i in range(4)) and not w.busy(),
                    20, "the warm-up jobs to finish")
@@ -153,10 +154,10 @@ def behind_hold(app: App, gate: threading.Event, keys: tuple[str, ...], wait: fl
     # two claims are in flight at once: the second may reach the store, or come back, first, and its
     # job start on the one thread before "hold".
     w, t = started(app, declare(app), concurrency=1, prefetch=len(keys), lease=lease, pipeline=1)
-    w.PREFETCH_WAIT = wait
+    w.prefetch.wait = wait
     # However slow a busy host made the warm-up attempts, the claim prefetches every key: how many a
     # worker prefetches shrinks as its measured pace nears PREFETCH_BELOW.
-    w.PREFETCH_BELOW = 1000.0
+    w.prefetch.below = 1000.0
     # One transaction, so one claim takes them all (limit 1 + len(keys)), "hold" first.
     gated.enqueue_many([{"args": [k], "key": k} for k in ("hold", *keys)])
     try:
@@ -184,7 +185,7 @@ def test_a_cancel_that_comes_while_a_job_waits_for_a_thread_keeps_it_from_starti
     gate = threading.Event()
     w, t = behind_hold(app, gate, ("victim",), 10.0, lease=0.9)  # heartbeats every 0.3 s
     assert app.cancel("victim") == "requested"  # claimed, so running for the store, but not started
-    wait_until(lambda: any(r.ctx.cancelled for r in list(w._running.values()) if r.claimed.job.key == "victim"),
+    wait_until(lambda: any(r.ctx.cancelled for r in list(w.running.values()) if r.claimed.job.key == "victim"),
                10, "a heartbeat to bring the cancel to the worker")
     gate.set()  # the thread frees up: victim's turn
     wait_until(lambda: app.get("victim").state == State.CANCELLED, 10, "victim to end cancelled")

@@ -46,18 +46,18 @@ def _hold_once_after_grants(folder: Path, queue: str, skip: int) -> None:
     admit = Gate.admit
     done: list[bool] = []
 
-    def admit_then_stall(self: Gate, claimed: list[Any]) -> list[Any]:
-        started = admit(self, claimed)
-        granted = [c for c in started if c.job.name in self.job_limiters]
+    def admit_then_stall(self: Gate, claimed: list[Any]) -> Any:
+        admission = admit(self, claimed)
+        granted = [c for c in admission.start if c.job.name in self.job_limiters]
         if granted and len(done) <= skip and queue in self.worker.queues:
             done.append(True)
             if len(done) <= skip:
-                return started
+                return admission
             (folder / "held").write_text(str(len(granted)))
             deadline = time.monotonic() + 30
             while not (folder / "release").exists() and time.monotonic() < deadline:
                 time.sleep(0.002)
-        return started
+        return admission
 
     Gate.admit = admit_then_stall  # type: ignore[method-assign]
 
