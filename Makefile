@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench bench-peers soak clean browser docs
+.PHONY: setup demo test test-fast lint bench bench-peers soak clean browser pgbouncer docs
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -31,6 +31,11 @@ lint: $(STAMP)
 browser:
 	@test -x /usr/bin/chromium || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 
+# Debian's PgBouncer for the tests behind a transaction-mode pooler (tests/postgres/pgbouncer.py starts
+# its own, on a free port; the package's own service is not used).
+pgbouncer:
+	@test -x /usr/sbin/pgbouncer || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer; }
+
 # The documentation site (mkdocs.yml), built --strict into site/ (ignored): a broken link, anchor or
 # API reference fails it. Nothing is fetched at build time.
 docs: $(STAMP)
@@ -38,7 +43,7 @@ docs: $(STAMP)
 
 # Two pytest processes (pytest-xdist) share the tests; the drill that restarts the PostgreSQL server
 # runs alone afterwards, since every other PostgreSQL test would see the restart.
-test: $(STAMP) lint browser docs
+test: $(STAMP) lint browser pgbouncer docs
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist worksteal -m "not pg_restart" --durations=20
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m pg_restart tests/drills
 

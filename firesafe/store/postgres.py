@@ -6,6 +6,8 @@ is atomic and costs one round trip. Times come from the database's clock unless 
 (tests), so workers whose clocks disagree never steal a live lease. Enqueues ``NOTIFY`` the schema's
 channel when they commit; :meth:`PostgresCore.listen` lets an idle worker wake at once.
 Commits are synchronous (the server's default): a job whose enqueue returned survives a crash.
+Behind a transaction-mode pooler (PgBouncer), ``?pooler=transaction`` keeps every connection free of
+session state, and ``?direct=`` names the server itself for LISTEN and migrations (see :func:`split_url`).
 
 Enqueue in your own transaction (the transactional outbox): the job exists if and only if your
 transaction commits, and a rolled-back enqueue leaves no job and no reserved key::
@@ -110,27 +112,78 @@ def parse_url(url: str) -> tuple[str, str]:
     ...
     firesafe.errors.ConfigError: the store URL has a %XX escape that does not decode to UTF-8 text ...
     """
+    libpq, schema, _, _ = split_url(url)
+    return libpq, schema
+
+
+#: The values of ``?pooler=``: what sits between the store's connections and the server.
+POOLERS = ("transaction",)
+
+
+def split_url(url: str) -> tuple[str, str, str | None, str | None]:
+    """A store URL's libpq URL, schema, pooler (``?pooler=transaction`` or None) and direct libpq URL
+    (``?direct=``, %-escaped: the server itself, for LISTEN and migrations; None if not given).
+
+    >>> split_url("postgresql://app@bouncer:6432/shop?pooler=transaction&schema=jobs"
+    ...           "&direct=postgresql%3A%2F%2Fapp%40db%3A5432%2Fshop%3Fsslmode%3Ddisable")
+    ('postgresql://app@bouncer:6432/shop', 'jobs', 'transaction', 'postgresql://app@db:5432/shop?sslmode=disable')
+    >>> split_url("postgresql://app@db/shop?pooler=session")
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.ConfigError: invalid ?pooler= 'session' in the store URL: ...
+    >>> split_url("postgresql://app@db/shop?direct=postgresql%3A%2F%2Fdb%2Fshop")
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.ConfigError: ?direct= in the store URL is for ?pooler=transaction ...
+    """
     parts = urlsplit(url)
     # Split the query by hand: libpq decodes %XX but not '+', so the other parameters pass verbatim.
     pairs = [p for p in parts.query.split("&") if p]
-    schemas = [unquote(p.partition("=")[2]) for p in pairs if p.partition("=")[0] == "schema"]
-    if len(schemas) > 1:
-        raise ConfigError(f"the store URL gives ?schema= {len(schemas)} times; give it once")
-    schema = schemas[0] if schemas else DEFAULT_SCHEMA
+    schema = _one(pairs, "schema") or DEFAULT_SCHEMA
     if not _SCHEMA.match(schema) or schema.startswith("pg_") or schema == "information_schema":
         raise ConfigError(
             f"invalid schema {schema!r} in the store URL: use 1 to 48 lower-case letters, digits or '_', "
             "starting with a letter or '_' (and not pg_*)")
-    rest = "&".join(p for p in pairs if p.partition("=")[0] != "schema")
-    libpq = urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment))
+    pooler, direct = _one(pairs, "pooler"), _one(pairs, "direct")
+    if pooler is not None and pooler not in POOLERS:
+        raise ConfigError(f"invalid ?pooler= {for_store(pooler)[:40]!r} in the store URL: use ?pooler=transaction "
+                          "behind a transaction-mode pooler (PgBouncer), or leave it out")
+    if direct is not None and pooler is None:
+        raise ConfigError("?direct= in the store URL is for ?pooler=transaction (the server itself, for LISTEN "
+                          "and migrations); without a pooler, the URL already is direct")
+    rest = "&".join(p for p in pairs if p.partition("=")[0] not in ("schema", "pooler", "direct"))
+    libpq = _checked(urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), "the store URL")
+    if direct is not None:
+        if urlsplit(direct).scheme not in ("postgresql", "postgres"):
+            raise ConfigError("?direct= in the store URL must be a %-escaped postgresql:// URL of the server")
+        if any(p.partition("=")[0] in ("schema", "pooler", "direct") for p in urlsplit(direct).query.split("&")):
+            raise ConfigError("?direct= in the store URL takes no schema, pooler or direct of its own: "
+                              "the store URL's apply")
+        direct = _checked(direct, "the ?direct= URL")
+        if conninfo_to_dict(direct).get("password"):  # printed URLs mask the store URL's password, not this
+            raise ConfigError("?direct= in the store URL must name no password: the store URL's is used "
+                              "(or PGPASSWORD, ~/.pgpass)")
+    return libpq, schema, pooler, direct
+
+
+def _one(pairs: list[str], name: str) -> str | None:
+    """The value of query parameter ``name`` (%XX decoded), given at most once."""
+    values = [unquote(p.partition("=")[2]) for p in pairs if p.partition("=")[0] == name]
+    if len(values) > 1:
+        raise ConfigError(f"the store URL gives ?{name}= {len(values)} times; give it once")
+    return values[0] if values else None
+
+
+def _checked(libpq: str, what: str) -> str:
+    """``libpq`` once libpq can read it; ``what`` names it in the error."""
     try:  # libpq decodes %XX escapes into bytes, which psycopg then reads as UTF-8
         conninfo_to_dict(libpq)
     except UnicodeDecodeError:
-        raise ConfigError("the store URL has a %XX escape that does not decode to UTF-8 text (in the user, "
+        raise ConfigError(f"{what} has a %XX escape that does not decode to UTF-8 text (in the user, "
                           "password, database or a parameter); escape each byte of the UTF-8 text") from None
     except psycopg.Error as exc:  # a parameter libpq does not know, a malformed URL: no use connecting
-        raise ConfigError(f"the store URL is not a valid PostgreSQL URL: {_first_line(exc)}") from None
-    return libpq, schema
+        raise ConfigError(f"{what} is not a valid PostgreSQL URL: {_first_line(exc)}") from None
+    return libpq
 
 
 def _claim_limit(limit: int) -> int:
@@ -322,19 +375,31 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
     def __init__(self, url: str, clock: Clock | None = None, *, pool_min: int = 1, pool_max: int = 8,
                  timeout: float = 5.0, application_name: str = "firesafe") -> None:
         self.url = url
-        self.conninfo, self.schema = parse_url(url)
+        self.conninfo, self.schema, self.pooler, self.direct = split_url(url)
         self.where = f"{_where(url)} (schema {self.schema})"
+        self.listen_where = _where(self.direct) if self.direct else self.where  # the listener's server
         self.clock = clock  # None: the database's clock (invariant 5)
         self.channel = f"{self.schema}_jobs"
         if pool_min < 0 or pool_max < max(1, pool_min):
             raise ConfigError("pool sizes need 0 <= pool_min <= pool_max and pool_max >= 1")
         self.pool_min, self.pool_max, self.timeout = pool_min, pool_max, timeout
-        self._connect_kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
-        given = dict(parse_qsl(urlsplit(self.conninfo).query))
-        if "application_name" not in given:
-            self._connect_kwargs["application_name"] = application_name
-        if "connect_timeout" not in given:
-            self._connect_kwargs["connect_timeout"] = max(1, round(timeout))
+        self._connect_kwargs = self._kwargs_for(self.conninfo, application_name, timeout)
+        # Behind a transaction-mode pooler, each transaction may run on another server connection, so
+        # nothing may outlive one: psycopg then never prepares statements on the server (a name that
+        # one server connection holds and another lacks, or already holds for another client).
+        # Everything else the store sends is transaction-scoped (SET LOCAL, pg_advisory_xact_lock).
+        # LISTEN needs a session of its own: on the direct URL, or not at all (workers poll).
+        self._direct_kwargs: dict[str, Any] | None = None
+        if self.pooler is not None:
+            self._connect_kwargs["prepare_threshold"] = None
+            self.supports_listen = self.direct is not None
+            if self.direct is not None:  # the store URL's application_name, unless direct= gives one
+                name = self._connect_kwargs.get("application_name") or dict(
+                    parse_qsl(urlsplit(self.conninfo).query))["application_name"]
+                self._direct_kwargs = self._kwargs_for(self.direct, name, timeout)
+                password = conninfo_to_dict(self.conninfo).get("password")
+                if password:  # the store URL's: direct= names none (see split_url)
+                    self._direct_kwargs["password"] = password
         self.q = _render(self.schema, self.channel)
         self._claim_texts: dict[tuple[int, bool], str] = {}
         self._pool: ConnectionPool | None = None
@@ -347,15 +412,56 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
     def __repr__(self) -> str:
         return f"<PostgresStore {self.where}>"
 
+    @staticmethod
+    def _kwargs_for(conninfo: str, application_name: str, timeout: float) -> dict[str, Any]:
+        """psycopg's connect arguments for ``conninfo``: the store's defaults where the URL sets none."""
+        kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
+        given = dict(parse_qsl(urlsplit(conninfo).query))
+        if "application_name" not in given:
+            kwargs["application_name"] = application_name
+        if "connect_timeout" not in given:
+            kwargs["connect_timeout"] = max(1, round(timeout))
+        return kwargs
+
     # -- connections -------------------------------------------------------------------------
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         self._conns.add(conn)
 
     def _connect_direct(self) -> psycopg.Connection[Any]:
-        """A new connection outside the pool (for LISTEN); the caller closes it."""
-        conn = psycopg.connect(self.conninfo, **self._connect_kwargs)
+        """A new connection outside the pool that may keep session state (LISTEN): to the server
+        itself (``?direct=``) behind a pooler; the caller closes it."""
+        if self.pooler is None:
+            conn = psycopg.connect(self.conninfo, **self._connect_kwargs)
+        elif self.direct is not None and self._direct_kwargs is not None:
+            conn = psycopg.connect(self.direct, **self._direct_kwargs)
+        else:
+            raise ConfigError(self._no_direct("LISTEN"))
         self._conns.add(conn)
         return conn
+
+    def _no_direct(self, what: str) -> str:
+        return (f"PostgreSQL store {self.where} is behind a transaction-mode pooler (?pooler=transaction) with "
+                f"no ?direct= URL of the server, so it cannot {what}; workers poll instead (see docs/postgres.md)")
+
+    @contextmanager
+    def _session(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection for migrations: the pool's, or behind a pooler the direct URL's if given.
+        (Migrations hold only transaction-scoped state, so through the pooler is safe too; the direct
+        URL keeps long DDL off the pooler's few server connections.)"""
+        if self.direct is None:
+            with self._conn() as c:
+                yield c
+            return
+        try:
+            conn = self._connect_direct()
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL store {self.where}: its ?direct= URL is unreachable: "
+                             f"{_first_line(exc)}") from None
+        try:
+            with conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise self._explain(exc) from exc
 
     def _get_pool(self) -> ConnectionPool:
         if self._pid != os.getpid():
@@ -520,7 +626,7 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
 
     # -- schema ------------------------------------------------------------------------------
     def _applied(self) -> set[int] | None:
-        with self._conn() as c:
+        with self._session() as c:
             if not c.execute(self.q["migrations_present"]).fetchall()[0]["present"]:
                 return None
             return {r["version"] for r in c.execute(self.q["migrations_applied"])}
@@ -537,7 +643,7 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
         if done is not None and all(v in done for v, _ in wanted):
             return []
         applied_now: list[int] = []
-        with self._conn() as c, c.transaction():
+        with self._session() as c, c.transaction():
             c.execute(self.q["migrate_lock"], {"lock": f"firesafe.migrate:{self.schema}"})
             if not c.execute(self.q["schema_present"], {"schema": self.schema}).fetchall()[0]["present"]:
                 c.execute(self.q["schema_create"])
@@ -681,6 +787,9 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
         if conn.autocommit and status == TransactionStatus.IDLE:
             raise InvalidInput("enqueue(conn=...) joins the caller's transaction, but this connection has none "
                                "open (autocommit): wrap the work in `with conn.transaction():`")
+        # A framework may have set client-side cursors as the connection's default (Django does), which
+        # cannot read binary results: the insert uses psycopg's own cursors, and the default comes back.
+        factory, conn.cursor_factory = conn.cursor_factory, psycopg.Cursor
         try:
             # The caller's connection: no server-side prepared statements left behind on it.
             conn.execute(self.q["savepoint"], prepare=False)
@@ -698,6 +807,8 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
                 f"({exc}); is it connected to the store's database ({self.where})?") from exc
         except psycopg.Error as exc:
             raise self._explain(exc) from exc
+        finally:
+            conn.cursor_factory = factory
         return stored
 
     def job_get(self, key: str, *, full: bool = False) -> Job | None:
@@ -851,6 +962,8 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
         The listener also calls ``wake`` whenever it (re)connects, since jobs may have arrived while
         it was not listening. Close it with :meth:`Listener.close`.
         """
+        if not self.supports_listen:
+            raise ConfigError(self._no_direct("LISTEN"))
         if self._pid != os.getpid():
             self._forget_inherited()
         listener = Listener(self, queues, wake)
@@ -904,7 +1017,7 @@ class Listener:
                 conn = self.store._connect_direct()
             except psycopg.Error as exc:
                 log.warning("cannot listen for new jobs on %s (%s); polling meanwhile, retrying in %.1fs",
-                            self.store.where, _first_line(exc), pause)
+                            self.store.listen_where, _first_line(exc), pause)
                 self._stop.wait(pause)
                 pause = min(pause * 2, 5.0)
                 continue
@@ -919,7 +1032,7 @@ class Listener:
                             self._fire()
             except Exception as exc:  # psycopg.Error above all: the connection was lost
                 if not self._stop.is_set():
-                    log.warning("lost the LISTEN connection to %s (%s); reconnecting", self.store.where,
+                    log.warning("lost the LISTEN connection to %s (%s); reconnecting", self.store.listen_where,
                                 _first_line(exc))
                     self._stop.wait(pause)
                     pause = min(pause * 2, 5.0)

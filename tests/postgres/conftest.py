@@ -84,3 +84,8 @@ def procs(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
         if p.popen.poll() is None:
             p.signal(signal.SIGKILL)
             p.popen.wait(10)
+
+
+# PgBouncer in transaction mode (tests/postgres/pgbouncer.py): registered here so every test beside
+# this file can use it. Imported last: that module reads Pg from this one.
+from tests.postgres.pgbouncer import bouncer, pgb  # noqa: E402, F401
