@@ -21,7 +21,7 @@ from tests.limits.conftest import fleet, provider  # noqa: F401  (the limiter te
 from tests.postgres.conftest import Pg, wait_until
 from tests.postgres.pgbouncer import Bouncer
 from tests.postgres.procs import build_app, read_effects
-from tests.postgres.test_processes import counts
+from tests.postgres.test_processes import counts, drain_in_processes
 from tests.schedules import test_processes as schedules_processes
 
 pytestmark = pytest.mark.postgres
@@ -65,21 +65,8 @@ __all__ = ["test_a_limiter_holds_across_processes_through_the_pooler",
 def test_two_worker_processes_drain_through_the_pooler_each_job_once(pgb: Pg, procs, tmp_path: Path) -> None:
     """Given 2000 jobs behind the pooler, when two worker processes drain them, then each job ran
     exactly once and both processes took part."""
-    n = 2000
-    effects = str(tmp_path / "effects.log")
-    app = build_app(pgb.url, effects)
-    try:
-        app.jobs["effect"].enqueue_many([{"args": [i], "key": f"e{i}"} for i in range(n)])
-    finally:
-        app.close()
-    workers = [procs(f"w{i}", "worker", pgb.url, "--effects", effects, "--burst", "--concurrency", "4")
-               for i in range(2)]
-    for w in workers:
-        assert w.wait(120) == 0, w.stderr()[-3000:]
-    ran = collections.Counter(key for key, _, _ in read_effects(effects))
-    assert len(ran) == n and set(ran.values()) == {1}, [k for k, c in ran.items() if c > 1][:10]
-    assert counts(pgb) == {"succeeded": n}
-    assert len({pid for _, pid, _ in read_effects(effects)}) == 2, "both processes should have run jobs"
+    pids = drain_in_processes(pgb, procs, tmp_path, n=2000, workers=2, concurrency=4, timeout=120)
+    assert len(pids) == 2, "both processes should have run jobs"
 
 
 def test_a_worker_killed_behind_the_pooler_has_its_jobs_rescued_by_another(pgb: Pg, procs, tmp_path: Path) -> None:

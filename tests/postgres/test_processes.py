@@ -25,22 +25,29 @@ def counts(pg: Pg) -> dict[str, int]:
 
 @pytest.mark.slow
 def test_four_worker_processes_drain_every_job_exactly_once(pg: Pg, procs, tmp_path: Path) -> None:
-    n = 100_000 if SOAK else 20_000
+    pids = drain_in_processes(pg, procs, tmp_path, n=100_000 if SOAK else 20_000, workers=4, concurrency=8,
+                              timeout=240)
+    assert len(pids) >= 2, "the work should be shared between the worker processes"
+
+
+def drain_in_processes(pg: Pg, procs, tmp_path: Path, *, n: int, workers: int, concurrency: int,
+                       timeout: float) -> set[int]:
+    """Enqueue ``n`` effect jobs, drain them with ``workers`` burst worker processes, check that each
+    job ran exactly once and all succeeded; the PIDs that ran them."""
     effects = str(tmp_path / "effects.log")
     app = build_app(pg.url, effects)
     try:
         app.jobs["effect"].enqueue_many([{"args": [i], "key": f"e{i}"} for i in range(n)])
     finally:
         app.close()
-    workers = [procs(f"w{i}", "worker", pg.url, "--effects", effects, "--burst", "--concurrency", "8")
-               for i in range(4)]
-    for w in workers:
-        assert w.wait(240) == 0, w.stderr()[-3000:]
+    running = [procs(f"w{i}", "worker", pg.url, "--effects", effects, "--burst", "--concurrency", str(concurrency))
+               for i in range(workers)]
+    for w in running:
+        assert w.wait(timeout) == 0, w.stderr()[-3000:]
     ran = collections.Counter(key for key, _, _ in read_effects(effects))
     assert len(ran) == n and set(ran.values()) == {1}, [k for k, c in ran.items() if c > 1][:10]
     assert counts(pg) == {"succeeded": n}
-    pids = {pid for _, pid, _ in read_effects(effects)}
-    assert len(pids) >= 2, "the work should be shared between the worker processes"
+    return {pid for _, pid, _ in read_effects(effects)}
 
 
 @pytest.mark.slow
