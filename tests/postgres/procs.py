@@ -5,7 +5,8 @@
     python -m tests.postgres.procs enqueue STORE_URL --keys N --seed S [--batch B]
 
 Every job appends one line ``KEY PID START`` to the effects file (``O_APPEND``, one ``write`` per
-line, so lines from concurrent processes never interleave): the external record of what ran.
+line, so lines from concurrent processes never interleave): the external record of what ran. A
+worker prints ``ready`` once its loop has started.
 ``enqueue`` reads one line from stdin before it starts (the test's "go"), enqueues keys ``k0 ..
 k{N-1}`` in a seeded random order and prints ``created=<how many it created>``.
 """
@@ -20,7 +21,7 @@ import sys
 import time
 from typing import Any
 
-from firesafe import App, Backoff
+from firesafe import App, Backoff, Hook
 
 #: Quick retries: a job that failed for a store fault is soon tried again.
 FAST = Backoff(base=0.05, factor=2.0, cap=0.5, jitter="full")
@@ -63,6 +64,13 @@ def read_effects(path: str) -> list[tuple[str, int, float]]:
     return out
 
 
+class _SaysReady(Hook):
+    """Prints ``ready`` once the worker's loop has started (the test may enqueue then)."""
+
+    def worker_started(self, worker: Any) -> None:
+        print("ready", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.postgres.procs")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -85,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cmd == "worker":
         app = build_app(args.url, args.effects, args.sleep)
+        app.add_hook(_SaysReady())
         stats = app.work(burst=args.burst, concurrency=args.concurrency, poll_interval=args.poll,
                          lease=args.lease)
         print(f"succeeded={stats.succeeded} fenced={stats.fenced}", flush=True)

@@ -65,7 +65,8 @@ __all__ = ["test_a_limiter_holds_across_processes_through_the_pooler",
 def test_two_worker_processes_drain_through_the_pooler_each_job_once(pgb: Pg, procs, tmp_path: Path) -> None:
     """Given 2000 jobs behind the pooler, when two worker processes drain them, then each job ran
     exactly once and both processes took part."""
-    pids = drain_in_processes(pgb, procs, tmp_path, n=2000, workers=2, concurrency=4, timeout=120)
+    pids = drain_in_processes(pgb, procs, tmp_path, n=2000, workers=2, concurrency=4, timeout=120,
+                              ready_first=True)
     assert len(pids) == 2, "both processes should have run jobs"
 
 

@@ -31,17 +31,28 @@ def test_four_worker_processes_drain_every_job_exactly_once(pg: Pg, procs, tmp_p
 
 
 def drain_in_processes(pg: Pg, procs, tmp_path: Path, *, n: int, workers: int, concurrency: int,
-                       timeout: float) -> set[int]:
-    """Enqueue ``n`` effect jobs, drain them with ``workers`` burst worker processes, check that each
-    job ran exactly once and all succeeded; the PIDs that ran them."""
+                       timeout: float, ready_first: bool = False) -> set[int]:
+    """Enqueue ``n`` effect jobs and drain them with ``workers`` worker processes; check that each
+    job ran exactly once and all succeeded; the PIDs that ran them. By default the jobs wait for
+    burst workers; ``ready_first`` starts the workers first and enqueues once each says it is ready,
+    so that every one of them is there to claim (a burst worker that starts late may find none)."""
     effects = str(tmp_path / "effects.log")
+    args = ["--effects", effects, "--concurrency", str(concurrency)]
+    running = [procs(f"w{i}", "worker", pg.url, *args) for i in range(workers)] if ready_first else []
+    for w in running:
+        wait_until(lambda w=w: "ready" in w.stdout() or not w.alive(), 60, f"{w.name} to start")
+        assert w.alive(), w.stderr()[-3000:]
     app = build_app(pg.url, effects)
     try:
         app.jobs["effect"].enqueue_many([{"args": [i], "key": f"e{i}"} for i in range(n)])
     finally:
         app.close()
-    running = [procs(f"w{i}", "worker", pg.url, "--effects", effects, "--burst", "--concurrency", str(concurrency))
-               for i in range(workers)]
+    if ready_first:
+        wait_until(lambda: counts(pg) == {"succeeded": n}, timeout, f"all {n} jobs to succeed")
+        for w in running:
+            w.signal(signal.SIGTERM)
+    else:
+        running = [procs(f"w{i}", "worker", pg.url, *args, "--burst") for i in range(workers)]
     for w in running:
         assert w.wait(timeout) == 0, w.stderr()[-3000:]
     ran = collections.Counter(key for key, _, _ in read_effects(effects))
