@@ -22,11 +22,11 @@ MASK = "********"
 #: Parts of a name that make it secret, matched anywhere in the name, ignoring case. ``pass`` counts
 #: when no letter follows (``db_pass``, ``PGPASSWORD``; not ``passed``), ``token`` not in ``tokens`` or
 #: ``tokenizer``, ``auth`` not in ``author``, ``authority`` or ``authorized`` (``authorization`` counts),
-#: ``secret`` not in ``secretary``.
+#: ``secret`` not in ``secretary``, ``session`` not in libpq's ``target_session_attrs``.
 NAMES = (
     r"pass(?:word|wd|phrase|code)?(?![a-z])", "pwd", r"secret(?!ar)", r"token(?!i[sz]|s(?![a-z]))",
     r"api[_-]?key", r"access[_-]?key", r"private[_-]?key", r"auth(?!or(?!i[sz]ation))", "credential",
-    "dsn", "cookie", "session", "jwt",
+    "dsn", "cookie", r"session(?![_-]attrs)", "jwt",
 )
 #: What every secret name holds, ignoring case: text without any of them has no pair to read.
 NAME_HINTS = ("pass", "pwd", "secret", "token", "key", "auth", "credential", "dsn", "cookie", "session", "jwt")
@@ -188,6 +188,8 @@ def is_secret_name(name: str) -> bool:
 
     >>> [is_secret_name(n) for n in ("api_key", "DATABASE_DSN", "sessionid", "amount", "author", "max_tokens")]
     [True, True, True, False, False, False]
+    >>> is_secret_name("target_session_attrs")  # libpq's: which server of a multi-host URL to keep
+    False
     """
     return bool(_NAME.search(name))
 

@@ -75,15 +75,28 @@ log = logging.getLogger("firesafe.store")
 
 
 class _QuietPoolRetries(logging.Filter):
-    """Drops psycopg_pool's warning for each failed connection attempt of firesafe's own pools (one
-    per retry, two lines each, many during an outage): firesafe says once what is wrong, as a
-    StoreError or a worker's "store fault" line. Other pools' records pass."""
+    """Drops psycopg's and psycopg_pool's warnings about firesafe's own connections: one for each
+    failed connection attempt of its pools (one per retry, many during an outage), and those about a
+    connection that broke under it ("discarding closed connection", "error ignored in rollback",
+    several for each connection a failover cuts). Firesafe says once what is wrong, as a StoreError
+    or a worker's "store fault" line. Other pools' and connections' records pass."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.levelno == logging.WARNING and "in 'firesafe-" in record.getMessage())
+        if record.levelno != logging.WARNING:
+            return True
+        # "error connecting in 'firesafe-...'", "reconnection attempt in pool 'firesafe-...' failed"
+        if "'firesafe-" in record.getMessage():
+            return False
+        args = record.args if isinstance(record.args, tuple) else ()
+        for arg in args:  # a connection, or the pipeline or transaction of one
+            conn = getattr(arg, "_conn", arg)
+            if isinstance(conn, psycopg.Connection) and any(conn in store._conns for store in list(_STORES)):
+                return False
+        return True
 
 
-logging.getLogger("psycopg.pool").addFilter(_QuietPoolRetries())
+for _name in ("psycopg.pool", "psycopg", "psycopg.transaction"):
+    logging.getLogger(_name).addFilter(_QuietPoolRetries())
 
 DEFAULT_SCHEMA = "firesafe"
 #: Lower-case identifiers only, short enough that ``<schema>_jobs`` fits PostgreSQL's 63-byte names.
@@ -199,12 +212,27 @@ def _claim_limit(limit: int) -> int:
 
 
 def _where(url: str) -> str:
-    """Where a URL points, without its password."""
+    """Where a URL points, without its password: every host of a multi-host URL (libpq tries them in
+    turn; with ``target_session_attrs=read-write`` it keeps the one that takes writes).
+
+    >>> _where("postgresql://app:pw@DB:5432/jobs?schema=q")
+    'postgresql://app@db:5432/jobs'
+    >>> _where("postgresql://app:pw@db1:5432,db2:5433,db3/jobs?target_session_attrs=read-write")
+    'postgresql://app@db1:5432,db2:5433,db3/jobs'
+    """
     parts = urlsplit(url)
-    host = parts.hostname or "localhost"
-    port = f":{parts.port}" if parts.port else ""
     user = f"{parts.username}@" if parts.username else ""
-    return f"postgresql://{user}{host}{port}{parts.path}"
+    hosts = []
+    for netloc in parts.netloc.rpartition("@")[2].split(","):
+        one = urlsplit(f"//{netloc}")  # a port that is no number raises ValueError, as for one host
+        hosts.append(f"{one.hostname or 'localhost'}{f':{one.port}' if one.port else ''}")
+    return f"postgresql://{user}{','.join(hosts)}{parts.path}"
+
+
+def _read_only(exc: BaseException) -> bool:
+    """The server refused a write as read-only: a standby (not yet promoted, or a demoted primary)
+    that the connection reached. Transient for a failover: new connections find the primary."""
+    return isinstance(exc, psycopg.errors.ReadOnlySqlTransaction)
 
 
 def _plan_changed(exc: BaseException) -> bool:
@@ -472,10 +500,14 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
                 pool = self._pool
                 if pool is None:
                     self._check_reachable()
+                    # reconnect_timeout: a lost connection is replaced in the background with
+                    # backoff (1 s, 2 s, 4 s, ...), given up after the store's timeout; later demand
+                    # starts afresh. Without it the pool's own pauses would grow to minutes during
+                    # an outage, and keep it away from a server (a promoted standby) that is back.
                     pool = ConnectionPool(
                         self.conninfo, kwargs=self._connect_kwargs, min_size=self.pool_min,
                         max_size=self.pool_max, open=False, configure=self._configure, timeout=self.timeout,
-                        name=f"firesafe-{self.schema}")
+                        reconnect_timeout=self.timeout, name=f"firesafe-{self.schema}")
                     pool.open(wait=False)
                     self._pool = pool
         return pool
@@ -521,7 +553,7 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
         except PoolTimeout as exc:
             raise self._unreachable(exc) from exc
         except psycopg.Error as exc:
-            if _plan_changed(exc):
+            if _plan_changed(exc) or _read_only(exc):
                 self._renew_connections()
             raise self._explain(exc) from exc
         except UnicodeError as exc:  # text that has no UTF-8 (a lone surrogate), refused before it was sent
@@ -538,7 +570,8 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
     def _renew_connections(self) -> None:
         """Replace every pooled connection (those in use when they come back). A table's columns
         changed under this process (a newer firesafe migrated the schema): the statements each
-        connection prepared still return the old columns, and the server refuses to run them."""
+        connection prepared still return the old columns, and the server refuses to run them. Or
+        the server turned out read-only (a standby): new connections look for the primary again."""
         pool = self._pool
         if pool is not None:
             try:
@@ -553,10 +586,13 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
         except psycopg.Error as cause:
             why = _first_line(cause)
         else:
-            why = f"all {self.pool_max} pooled connections stayed busy for {self.timeout:g}s"
+            why = (f"no pooled connection came free within {self.timeout:g}s (all {self.pool_max} busy, or the "
+                   "pool still reconnecting after an outage)")
         return StoreError(f"PostgreSQL store {self.where} is unreachable: {why}")
 
-    def _explain(self, exc: psycopg.Error) -> StoreError:
+    def _explain(self, exc: psycopg.Error, *, callers: bool = False) -> StoreError:
+        """``exc`` as a StoreError that says what happened; ``callers``: it came from the caller's own
+        connection (enqueue(conn=...)), so the store's pool is not to blame."""
         if isinstance(exc, psycopg.DataError):  # SQLSTATE class 22, or a NUL psycopg refused to send
             return self._refused(exc)
         text = _first_line(exc)
@@ -566,10 +602,14 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
         elif isinstance(exc, (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)):
             msg = (f"PostgreSQL store {self.where} has no firesafe tables yet ({text}); "
                    "run `firesafe migrate` (or open the App with auto_migrate=True)")
+        elif _read_only(exc):
+            msg = (f"PostgreSQL store {self.where} is read-only (a standby, or a primary being demoted in a "
+                   f"failover): {text}; its connections are renewed, so a retry reaches the primary once there "
+                   "is one (name every server in the URL, with target_session_attrs=read-write)")
         elif isinstance(exc, psycopg.errors.TransactionRollback):  # deadlock, serialization failure
             msg = f"PostgreSQL store {self.where}: {text} (a clash with a concurrent transaction; nothing was kept)"
         elif isinstance(exc, psycopg.OperationalError):
-            if self._pool is not None:  # drop every idle connection that went down with this one
+            if self._pool is not None and not callers:  # drop every idle connection that went down with it
                 try:
                     self._pool.check()
                 except Exception as check_exc:  # pragma: no cover - best effort

@@ -18,7 +18,9 @@ Nothing is reported done before its commit, and no outcome is booked by any othe
   its own) is saved in halves down to that one outcome, which is saved escaped or, refused again,
   as unstorable (:meth:`Completer._save_apart`);
 - **store faults**: the outcomes are kept (``unsaved``; their leases still held and heartbeated)
-  and saved first by the next :meth:`Completer.retry`;
+  and saved first by the next :meth:`Completer.retry`; one whose transaction did commit (only its
+  answer was lost, as in a failover) is then found recorded for its attempt and booked once, not
+  taken for a late worker's (:meth:`Completer._saved_before`);
 - **given back to a limiter**: attempts the limiters' gate gives back are written by its report's
   transaction (the limiter's state and the job's in one commit) and booked here
   (:meth:`Completer.give_back`); what a store fault kept it from writing is kept here
@@ -60,7 +62,7 @@ class Completer:
 
     def __init__(self, store: Store, book: Book) -> None:
         self.store = store
-        self._book = book
+        self._account = book
         #: Store transactions in flight (firesafe/worker/pipeline.py), or None: the loop runs each.
         self.pipe: StorePipeline | None = None
         #: Outcomes held for the next claim's transaction (group commit).
@@ -123,6 +125,32 @@ class Completer:
         wrote under their lease tokens and committed (``applied``: whether each was still current).
         They are accounted for as any saved outcome (slots, counts, log, hooks), exactly once."""
         self._book(finishes, meta, applied, keep_slots)
+
+    def _book(self, finishes: list[FinishParams], meta: Meta | None, applied: list[bool], keep_slots: bool) -> None:
+        """Hand committed outcomes to the worker to account for (``applied``: whether each was current)."""
+        if meta and not all(applied):
+            applied = self._saved_before(finishes, meta, applied)
+        self._account(finishes, meta, applied, keep_slots)
+
+    def _saved_before(self, finishes: list[FinishParams], meta: Meta, applied: list[bool]) -> list[bool]:
+        """``applied``, where an outcome that was not is nonetheless what the store records for its
+        attempt, by this worker: an earlier try saved it, committed, and only its answer was lost (a
+        failover, a cut connection), so the store fault kept it and this try found the attempt
+        ended. It counts as saved once, not as fenced. A late worker's result, whose attempt the store
+        records otherwise (lost, rescued), stays fenced; so does one the store cannot be asked about."""
+        out = list(applied)
+        for i, (fin, ok) in enumerate(zip(finishes, applied, strict=True)):
+            running = meta[i][0]
+            if ok or running is None:
+                continue
+            mine = running.claimed.job
+            try:
+                job = self.store.job_get(mine.key, full=True)
+            except StoreError:
+                continue
+            out[i] = job is not None and any(a.seq == fin.seq and a.outcome == str(fin.outcome)
+                                             and a.worker == mine.worker for a in job.trace)
+        return out
 
     def retry(self) -> None:
         """Save again, oldest first, the outcomes store faults kept (they still hold their leases)."""

@@ -82,3 +82,38 @@ def test_every_route_of_an_outcome_goes_through_the_completer(
     assert [a.outcome for a in long_job.trace] == ["interrupted"]
     assert worker.stats.by_outcome == {"succeeded": 20, "failed": 1, "timed_out": 1, "interrupted": 1}, worker.stats
     assert (worker.stats.succeeded, worker.stats.dead, worker.stats.deferred) == (20, 2, 1)
+
+
+@pytest.mark.parametrize("pipeline", [1, 2])
+def test_an_outcome_whose_save_committed_unseen_is_booked_once_not_dropped(
+        app: App, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, pipeline: int) -> None:
+    # Given a store whose first write of outcomes commits and then loses its answer (a failover, a
+    # cut connection: the client cannot tell whether it committed)
+    from firesafe.errors import StoreError
+
+    @app.job
+    def quick(ctx: Any, i: int) -> int:
+        return i
+
+    quick.enqueue_many([{"args": [i], "key": f"q{i}"} for i in range(6)])
+    lost: list[Any] = []
+    for name in ("job_finish_many", "job_finish_and_claim"):
+        real = getattr(app.store, name)
+
+        def answer_lost(finishes: Any, *rest: Any, _real: Any = real, **kwargs: Any) -> Any:
+            out = _real(finishes, *rest, **kwargs)
+            claimed = out[1] if isinstance(out, tuple) else []
+            if finishes and not claimed and not lost:  # (a claim's answer lost too would wait for its lease)
+                lost.append(finishes)
+                raise StoreError("the connection was lost")
+            return out
+
+        monkeypatch.setattr(app.store, name, answer_lost)
+    # When a worker drains them (keeping the outcomes the fault kept, and saving them again)
+    stats = app.work(burst=True, concurrency=2, pipeline=pipeline, poll_interval=0.05)
+    # Then each job succeeded once, and the worker counts each once: the outcomes saved again found
+    # their attempts already ended with them, and were not taken for a late worker's
+    assert lost
+    assert all(app.get(f"q{i}").state == State.SUCCEEDED for i in range(6))
+    assert (stats.succeeded, stats.fenced) == (6, 0), stats
+    assert "its result was dropped" not in caplog.text
