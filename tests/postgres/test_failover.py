@@ -142,7 +142,7 @@ def failover_under_load(pair: Pair, tmp_path: Path, *, workers: int, feeders: in
         assert "store fault" in w.stderr(), "the worker should have noticed the failover"
     # The workers' own accounts agree: each job counted once, by the worker that ran it, and no
     # outcome dropped (one whose save committed unseen is found saved when it is tried again).
-    counted = [dict(pair.split("=") for pair in w.stdout().split()) for w in ws]
+    counted = [dict(pair.split("=") for pair in w.stdout().splitlines()[-1].split()) for w in ws]  # after "ready"
     assert sum(int(c["succeeded"]) for c in counted) == len(stored), counted
     assert all(c["fenced"] == "0" for c in counted), counted
 
