@@ -9,14 +9,16 @@ INSERT INTO firesafe_jobs (key, name, queue, fingerprint, payload, arg_names, st
 VALUES (:key, 'noop', 'default', :fingerprint, :payload, '["i"]', 'queued', 5, :now, :now, :now);
 
 -- name: claim_one
--- Claim the oldest runnable row under a lease token (the same predicate and order as firesafe's claim).
+-- Claim the first runnable row under a lease token (the same predicate and order as firesafe's claim:
+-- by rank, run_at - 60 x priority, as its runnable index holds them).
 UPDATE firesafe_jobs
 SET state = 'running', lease_token = :token, lease_expires = :now + 30, worker = 'bare',
     attempt = attempt + 1, runs = runs + 1, updated_at = :now
 WHERE id = (
     SELECT id FROM firesafe_jobs
-    WHERE state IN ('queued', 'scheduled') AND run_at <= :now AND queue = 'default'
-    ORDER BY run_at, id LIMIT 1)
+    WHERE state IN ('queued', 'scheduled') AND run_at - 60.0 * priority <= :now + 6000.0 AND run_at <= :now
+      AND queue = 'default'
+    ORDER BY run_at - 60.0 * priority, run_at, id LIMIT 1)
 RETURNING id;
 
 -- name: complete_one

@@ -10,14 +10,16 @@ SELECT 'bare:' || g, 'noop', 'bare', md5(g::text), '{"args": [' || g || '], "kwa
 FROM generate_series(1, %(n)s::int) AS g;
 
 -- name: claim_one
--- The bare loop's claim: the oldest runnable row, skipping rows another transaction holds.
+-- The bare loop's claim: the first runnable row in firesafe's order (by rank, run_at - 60 x priority,
+-- as the runnable index holds them), skipping rows another transaction holds.
 UPDATE {schema}.firesafe_jobs
 SET state = 'running', lease_token = %(token)s, lease_expires = extract(epoch FROM clock_timestamp()) + 30,
     attempt = attempt + 1, runs = runs + 1, updated_at = extract(epoch FROM clock_timestamp())
 WHERE id = (SELECT id FROM {schema}.firesafe_jobs
             WHERE queue = 'bare' AND state IN ('queued', 'scheduled')
+              AND run_at - 60.0::float8 * priority <= extract(epoch FROM clock_timestamp()) + 6000.0::float8
               AND run_at <= extract(epoch FROM clock_timestamp())
-            ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+            ORDER BY run_at - 60.0::float8 * priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
 RETURNING id;
 
 -- name: complete_one

@@ -138,23 +138,27 @@ class App:
             max_attempts: int = 5, backoff: Backoff | None = None, timeout: float | None = None,
             give_up_on: Iterable[type[BaseException]] = (), max_deferrals: int = DEFAULT_MAX_DEFERRALS,
             limiter: str | None = None, limiters: Sequence[str] | None = None,
-            alert: Any = None) -> JobDef[_P, _R]: ...
+            alert: Any = None, priority: int = 0) -> JobDef[_P, _R]: ...
     @overload
     def job(self, fn: None = None, *, name: str | None = None, queue: str = "default",
             max_attempts: int = 5, backoff: Backoff | None = None, timeout: float | None = None,
             give_up_on: Iterable[type[BaseException]] = (), max_deferrals: int = DEFAULT_MAX_DEFERRALS,
             limiter: str | None = None, limiters: Sequence[str] | None = None,
-            alert: Any = None) -> Callable[[Callable[Concatenate[Any, _P], _R]], JobDef[_P, _R]]: ...
+            alert: Any = None,
+            priority: int = 0) -> Callable[[Callable[Concatenate[Any, _P], _R]], JobDef[_P, _R]]: ...
 
     def job(self, fn: Callable[..., Any] | None = None, *, name: str | None = None, queue: str = "default",
             max_attempts: int = 5, backoff: Backoff | None = None, timeout: float | None = None,
             give_up_on: Iterable[type[BaseException]] = (), max_deferrals: int = DEFAULT_MAX_DEFERRALS,
-            limiter: str | None = None, limiters: Sequence[str] | None = None, alert: Any = None) -> Any:
+            limiter: str | None = None, limiters: Sequence[str] | None = None, alert: Any = None,
+            priority: int = 0) -> Any:
         """Declare a job. Use as ``@app.job`` or ``@app.job(max_attempts=..., queue=...)``.
 
         Defaults: 5 attempts, ``Backoff()`` (1 s doubling, capped at 300 s, full jitter), no timeout.
         ``limiter``/``limiters``: every attempt runs under these limiters (see :meth:`limiter`).
         ``alert``: an ``AlertPolicy`` (or a severity, or ``"mute"``) for the job's alerts (docs/alerts.md).
+        ``priority``: -100 to 100, higher first within the queue; an enqueue may give its own with
+        ``options(priority=...)`` (docs/priorities.md).
         """
 
         def register(f: Callable[..., Any]) -> JobDef:
@@ -163,7 +167,7 @@ class App:
                 raise ConfigError(f"a job named {job_name!r} is already declared")
             jd = JobDef(self, f, name=job_name, queue=queue, max_attempts=max_attempts,
                         backoff=backoff or Backoff(), timeout=timeout, give_up_on=tuple(give_up_on),
-                        max_deferrals=max_deferrals)
+                        max_deferrals=max_deferrals, priority=priority)
             if limiter is not None or limiters:
                 from firesafe.limits.api import job_limiters
 

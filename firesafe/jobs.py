@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar,
 from firesafe.clock import to_timestamp
 from firesafe.errors import MAX_DELAY, ConfigError, IdempotencyConflict, InvalidInput
 from firesafe.idempotency.keys import check_key, check_name, fingerprint, new_key, payload_json
-from firesafe.models import Job
+from firesafe.models import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN, Job
 from firesafe.retries.backoff import Backoff
 from firesafe.store.base import InsertParams, JobFilter
 
@@ -91,6 +91,22 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def check_priority(priority: Any) -> int:
+    """``priority`` if it is a whole number from -100 to 100 (higher runs first), else InvalidInput.
+
+    >>> check_priority(10)
+    10
+    >>> check_priority(1.5)
+    Traceback (most recent call last):
+    ...
+    firesafe.errors.InvalidInput: priority must be a whole number from -100 to 100 (higher runs first), not 1.5
+    """
+    if isinstance(priority, bool) or not isinstance(priority, int) or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise InvalidInput(f"priority must be a whole number from {PRIORITY_MIN} to {PRIORITY_MAX} "
+                           f"(higher runs first), not {priority!r}")
+    return priority
+
+
 class JobDef(Generic[P, R]):
     """A declared job: call ``enqueue`` to run it in a worker.
 
@@ -106,7 +122,7 @@ class JobDef(Generic[P, R]):
 
     def __init__(self, app: App, fn: Callable[Concatenate[Any, P], R], *, name: str, queue: str, max_attempts: int,
                  backoff: Backoff, timeout: float | None, give_up_on: tuple[type[BaseException], ...],
-                 max_deferrals: int) -> None:
+                 max_deferrals: int, priority: int = PRIORITY_DEFAULT) -> None:
         self.app = app
         self.fn = fn
         self.name = check_name(name, "job name")
@@ -128,6 +144,11 @@ class JobDef(Generic[P, R]):
         self.timeout = timeout
         self.give_up_on = tuple(give_up_on)
         self.max_deferrals = max_deferrals
+        try:
+            #: The priority of this job's enqueues that give none (``options(priority=...)``).
+            self.priority = check_priority(priority)
+        except InvalidInput as exc:
+            raise ConfigError(f"job {name!r}: {exc}") from None
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
         params = list(self.signature.parameters.values())
@@ -156,7 +177,7 @@ class JobDef(Generic[P, R]):
         return f"<job {self.name} queue={self.queue}>"
 
     def _params(self, args: Sequence[Any], kwargs: Mapping[str, Any], key: str | None, delay: float | None,
-                run_at: datetime | None, queue: str | None) -> InsertParams:
+                run_at: datetime | None, queue: str | None, priority: int | None = None) -> InsertParams:
         args, kwargs = list(args), dict(kwargs)
         if kwargs or len(args) != self._plain_arity:
             args, kwargs = self._bound(args, kwargs)
@@ -181,6 +202,7 @@ class JobDef(Generic[P, R]):
             arg_names=self._arg_names_json, max_attempts=self.max_attempts, run_at=when,
             delay=float(delay or 0.0), values=(args, kwargs) if plain else None,
             trace_context=self.app.hooks.context() if self.app.hooks.job_context else None,
+            priority=self.priority if priority is None else check_priority(priority),
         )
 
     def _bound(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
@@ -239,6 +261,16 @@ class JobDef(Generic[P, R]):
                 raise
         return self.app.store.job_insert_many(again, conn=conn)
 
+    async def _insert_async(self, params: list[InsertParams], conn: Any) -> list[Job]:
+        """:meth:`_insert` in the transaction of an async driver's connection, awaited on its loop."""
+        try:
+            return await self.app.store.job_insert_many_async(params, conn)
+        except IdempotencyConflict:
+            again = await in_thread(self._as_stored, params)  # a read of the store's own: off the loop
+            if again is None:
+                raise
+        return await self.app.store.job_insert_many_async(again, conn)
+
     def _as_stored(self, params: list[InsertParams]) -> list[InsertParams] | None:
         """``params`` with the fingerprint of each stored job of the same key and name whose arguments,
         placed by :meth:`_bound`, are the item's own; None if there is none such."""
@@ -291,7 +323,13 @@ class JobDef(Generic[P, R]):
         A type checker checks the arguments of a call without options; write
         ``job.options(key=...).enqueue(...)`` to have them checked with options too.
         """
-        params = self._params(args, kwargs, key, delay, run_at, queue)
+        return self._enqueue_one(args, kwargs, key, delay, run_at, queue, conn)
+
+    def _enqueue_one(self, args: Sequence[Any], kwargs: Mapping[str, Any], key: str | None, delay: float | None,
+                     run_at: datetime | None, queue: str | None, conn: Any, priority: int | None = None) -> Job:
+        """One enqueue with its options: :meth:`enqueue`'s, and an :class:`Enqueuer`'s (which may give a
+        priority: ``priority`` is no keyword of ``enqueue``, so a job may still take an argument of that name)."""
+        params = self._params(args, kwargs, key, delay, run_at, queue, priority)
         job = self._insert([params], conn)[0]
         if job.created and conn is None:
             self.app.wake_workers()
@@ -301,63 +339,90 @@ class JobDef(Generic[P, R]):
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> Job: ...
     @overload
     async def enqueue_async(self, *args: Any, key: str | None, delay: float | None = None,
-                            run_at: datetime | None = None, queue: str | None = None, **kwargs: Any) -> Job: ...
-    @overload
-    async def enqueue_async(self, *args: Any, delay: float | None, run_at: datetime | None = None,
-                            queue: str | None = None, **kwargs: Any) -> Job: ...
-    @overload
-    async def enqueue_async(self, *args: Any, run_at: datetime | None, queue: str | None = None,
+                            run_at: datetime | None = None, queue: str | None = None, conn: Any = None,
                             **kwargs: Any) -> Job: ...
     @overload
-    async def enqueue_async(self, *args: Any, queue: str | None, **kwargs: Any) -> Job: ...
+    async def enqueue_async(self, *args: Any, delay: float | None, run_at: datetime | None = None,
+                            queue: str | None = None, conn: Any = None, **kwargs: Any) -> Job: ...
+    @overload
+    async def enqueue_async(self, *args: Any, run_at: datetime | None, queue: str | None = None,
+                            conn: Any = None, **kwargs: Any) -> Job: ...
+    @overload
+    async def enqueue_async(self, *args: Any, queue: str | None, conn: Any = None, **kwargs: Any) -> Job: ...
+    @overload
+    async def enqueue_async(self, *args: Any, conn: Any, **kwargs: Any) -> Job: ...
 
     async def enqueue_async(self, *args: Any, key: str | None = None,  # type: ignore[misc]  # as enqueue's
                             delay: float | None = None, run_at: datetime | None = None,
-                            queue: str | None = None, **kwargs: Any) -> Job:
+                            queue: str | None = None, conn: Any = None, **kwargs: Any) -> Job:
         """:meth:`enqueue` for async code: the same guarantees, arguments and errors, and the event
         loop keeps running meanwhile.
 
-        The store's calls block, so the enqueue runs in a worker thread (both stores are safe to use
-        from several threads). It takes no ``conn``: a transaction's connection belongs to the code
-        that opened it, and an async driver's connection cannot be used from another thread; enqueue
-        in a transaction with the sync :meth:`enqueue`. If the awaiting task is cancelled the enqueue
-        may still complete: enqueue again under the same key to learn its job.
+        Without ``conn`` the store's calls block, so the enqueue runs in a worker thread (both stores
+        are safe to use from several threads). With ``conn``, a psycopg ``AsyncConnection`` in an open
+        transaction (PostgreSQL; :func:`firesafe.integrations.sqlalchemy.aconn_of` gives an
+        ``AsyncSession``'s), the job is written in that transaction, awaited on the connection's own
+        loop, as :meth:`enqueue` writes it with a sync connection. If the awaiting task is cancelled
+        the enqueue may still complete: enqueue again under the same key to learn its job.
         """
-        if "conn" in kwargs:
-            raise InvalidInput("enqueue_async takes no conn: to enqueue inside a transaction, call enqueue(conn=...) "
-                               "in the code that holds the connection")
-        return await in_thread(self.enqueue, *args, key=key, delay=delay, run_at=run_at, queue=queue, **kwargs)
+        return await self._enqueue_one_async(args, kwargs, key, delay, run_at, queue, conn)
+
+    async def _enqueue_one_async(self, args: Sequence[Any], kwargs: Mapping[str, Any], key: str | None,
+                                 delay: float | None, run_at: datetime | None, queue: str | None, conn: Any,
+                                 priority: int | None = None) -> Job:
+        """:meth:`_enqueue_one` for :meth:`enqueue_async` and an :class:`Enqueuer`'s."""
+        if conn is None:
+            return await in_thread(self._enqueue_one, args, kwargs, key, delay, run_at, queue, None, priority)
+        params = self._params(args, kwargs, key, delay, run_at, queue, priority)
+        return (await self._insert_async([params], conn))[0]  # workers hear of it when conn commits
 
     def options(self, *, key: str | None = None, delay: float | None = None, run_at: datetime | None = None,
-                queue: str | None = None, conn: Any = None) -> Enqueuer[P]:
+                queue: str | None = None, conn: Any = None, priority: int | None = None) -> Enqueuer[P]:
         """This job with enqueue options set: ``job.options(key=..., delay=...).enqueue(*args)``.
 
         The same as passing the options to :meth:`enqueue`, except that a type checker checks the
         arguments too (typing cannot add keyword options beside a function's own parameters).
+        ``priority`` (only here, so that a job may take an argument named so) overrides the job's:
+        a whole number from -100 to 100, higher first (docs/priorities.md).
         """
-        return Enqueuer(self, key=key, delay=delay, run_at=run_at, queue=queue, conn=conn)
+        if priority is not None:
+            check_priority(priority)  # a bad one is refused here, where it was written
+        return Enqueuer(self, key=key, delay=delay, run_at=run_at, queue=queue, conn=conn, priority=priority)
 
     def enqueue_many(self, items: Iterable[Mapping[str, Any]], conn: Any = None) -> list[Job]:
         """Enqueue many runs in one transaction, idempotent per key; all or nothing.
 
-        Each item is a mapping with optional ``args``, ``kwargs``, ``key``, ``delay``/``run_at``
-        and ``queue``.
+        Each item is a mapping with optional ``args``, ``kwargs``, ``key``, ``delay``/``run_at``,
+        ``queue`` and ``priority``.
         """
         with _gc_paused():  # a large batch allocates several containers a job: no collection midway
             return self._enqueue_many(items, conn)
 
-    async def enqueue_many_async(self, items: Iterable[Mapping[str, Any]]) -> list[Job]:
-        """:meth:`enqueue_many` for async code: the same guarantees and errors, run in a worker thread
-        so that the event loop keeps running. No ``conn``, for the reason given in
-        :meth:`enqueue_async`."""
-        return await in_thread(self.enqueue_many, items)
+    async def enqueue_many_async(self, items: Iterable[Mapping[str, Any]], conn: Any = None) -> list[Job]:
+        """:meth:`enqueue_many` for async code: the same guarantees and errors, and the event loop keeps
+        running meanwhile. Without ``conn`` it runs in a worker thread; with ``conn`` (a psycopg
+        ``AsyncConnection``, as in :meth:`enqueue_async`) the batch is written in its transaction."""
+        if conn is None:
+            return await in_thread(self.enqueue_many, items)
+        with _gc_paused():
+            params = self._many_params(items)
+        return await self._insert_async(params, conn) if params else []
 
     def _enqueue_many(self, items: Iterable[Mapping[str, Any]], conn: Any) -> list[Job]:
+        params = self._many_params(items)
+        if not params:
+            return []
+        jobs = self._insert(params, conn)
+        if conn is None and any(j.created for j in jobs):
+            self.app.wake_workers()
+        return jobs
+
+    def _many_params(self, items: Iterable[Mapping[str, Any]]) -> list[InsertParams]:
         params = []
         for n, item in enumerate(items):
             if not isinstance(item, Mapping):
                 raise InvalidInput(f"item {n} of enqueue_many must be a mapping, not {type(item).__name__}")
-            unknown = set(item) - {"args", "kwargs", "key", "delay", "run_at", "queue"}
+            unknown = set(item) - {"args", "kwargs", "key", "delay", "run_at", "queue", "priority"}
             if unknown:
                 raise InvalidInput(f"item {n} of enqueue_many has unknown field(s): {sorted(unknown)}")
             args = item.get("args", [])
@@ -367,13 +432,8 @@ class JobDef(Generic[P, R]):
             if not isinstance(kwargs, Mapping):
                 raise InvalidInput(f"item {n}: kwargs must be a mapping")
             params.append(self._params(args, kwargs, item.get("key"), item.get("delay"), item.get("run_at"),
-                                       item.get("queue")))
-        if not params:
-            return []
-        jobs = self._insert(params, conn)
-        if conn is None and any(j.created for j in jobs):
-            self.app.wake_workers()
-        return jobs
+                                       item.get("queue"), item.get("priority")))
+        return params
 
 
 @dataclass(frozen=True)
@@ -387,16 +447,14 @@ class Enqueuer(Generic[P]):
     run_at: datetime | None = None
     queue: str | None = None
     conn: Any = None
+    priority: int | None = None  # None: the job's own (``@app.job(priority=...)``, else 0)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """:meth:`JobDef.enqueue` with these options."""
-        return self.job.enqueue(*args, key=self.key, delay=self.delay, run_at=self.run_at, queue=self.queue,
-                                conn=self.conn, **kwargs)
+        return self.job._enqueue_one(args, kwargs, self.key, self.delay, self.run_at, self.queue, self.conn,
+                                     self.priority)
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> Job:
-        """:meth:`JobDef.enqueue_async` with these options (no ``conn``)."""
-        if self.conn is not None:
-            raise InvalidInput("enqueue_async takes no conn: to enqueue inside a transaction, call enqueue "
-                               "in the code that holds the connection")
-        return await self.job.enqueue_async(*args, key=self.key, delay=self.delay, run_at=self.run_at,
-                                            queue=self.queue, **kwargs)
+        """:meth:`JobDef.enqueue_async` with these options (``conn``: a psycopg ``AsyncConnection``)."""
+        return await self.job._enqueue_one_async(args, kwargs, self.key, self.delay, self.run_at, self.queue,
+                                                 self.conn, self.priority)

@@ -19,6 +19,32 @@ from firesafe.states import State
 #: attempt (given back at shutdown) and a ``cancelled`` one are not failures.
 FAILED_OUTCOMES = frozenset({"failed", "timed_out", "lost"})
 
+#: A job's priority (docs/priorities.md): a whole number from PRIORITY_MIN to PRIORITY_MAX, higher
+#: first, PRIORITY_DEFAULT when none is given. Not part of the job's identity (its fingerprint).
+PRIORITY_MIN, PRIORITY_MAX, PRIORITY_DEFAULT = -100, 100, 0
+#: How much waiting a point of priority is worth (seconds): see :func:`claim_rank`. The migration
+#: 0016 and both dialects' job_claim write these numbers (60, and 60 x 100 for the claim's bound).
+PRIORITY_STEP = 60.0
+
+
+def claim_rank(run_at: float, priority: int) -> float:
+    """Where a runnable job stands in its queue: claims take the lowest rank first (then run_at, then
+    id). A point of priority counts as :data:`PRIORITY_STEP` seconds of waiting, so among jobs that
+    became due within a minute a point of each other the higher priority runs first, equal priorities
+    keep their order, and a job is never passed by one that became due more than
+    ``(its priority - this one's) x PRIORITY_STEP`` after it: nothing is starved for ever. (Priority
+    that grows with the wait, as ``priority + waited / PRIORITY_STEP``, orders jobs exactly so; the
+    rank leaves the clock out, so an index holds it.)
+
+    >>> claim_rank(1000.0, 0), claim_rank(1000.0, 2), claim_rank(1000.0, -1)
+    (1000.0, 880.0, 1060.0)
+    >>> claim_rank(1100.0, 2) < claim_rank(1000.0, 0)  # due 100 s later, 2 points higher: first
+    True
+    >>> claim_rank(1200.0, 2) < claim_rank(1000.0, 0)  # due 200 s later: the older one goes first
+    False
+    """
+    return run_at - PRIORITY_STEP * priority
+
 
 @dataclass(frozen=True)
 class Attempt:
@@ -175,6 +201,8 @@ class Job:
     unreadable: str | None = None
     #: The enqueue's trace context, if a hook recorded one (firesafe/hooks.py, ``Hook.job_context``).
     trace_context: str | None = None
+    #: Higher runs first within its queue, a point worth a minute of waiting (:func:`claim_rank`).
+    priority: int = PRIORITY_DEFAULT
 
     def __repr__(self) -> str:  # arguments may hold secrets: never in a repr
         return f"<Job {self.key!r} {self.name} state={self.state} attempt={self.attempt}/{self.max_attempts}>"
@@ -245,6 +273,7 @@ class Job:
             "name": self.name,
             "queue": self.queue,
             "state": str(self.state),
+            "priority": self.priority,
             "arguments": self.masked_arguments(),
             "attempt": self.attempt,
             "max_attempts": self.max_attempts,
@@ -303,7 +332,7 @@ class Job:
         """:meth:`from_claim_row` from the row's values in the order of ``CLAIMED_COLUMNS`` (the
         PostgreSQL store reads claims as tuples, the cheapest rows to build: once per job)."""
         (id_, key, name, queue, state, payload, arg_names, attempt, max_attempts, runs, deferrals, lost, run_at,
-         created_at, updated_at, cancel_requested, trace_context) = values
+         created_at, updated_at, cancel_requested, trace_context, priority) = values
         unreadable = None
         try:
             p = _payload(payload)
@@ -317,7 +346,8 @@ class Job:
                   attempt, max_attempts, runs, deferrals, lost,
                   None if run_at is None else datetime.fromtimestamp(run_at, UTC),
                   datetime.fromtimestamp(created_at, UTC), datetime.fromtimestamp(updated_at, UTC),
-                  None, worker=worker, cancel_requested=bool(cancel_requested), trace_context=trace_context)
+                  None, worker=worker, cancel_requested=bool(cancel_requested), trace_context=trace_context,
+                  priority=priority)
         if unreadable is not None:
             job.unreadable = unreadable
         return job
@@ -325,7 +355,8 @@ class Job:
 
 #: The columns a claim returns (both dialects' job_claim), read by :meth:`Job.from_claim_row`.
 CLAIMED_COLUMNS = ("id", "key", "name", "queue", "state", "payload", "arg_names", "attempt", "max_attempts", "runs",
-                   "deferrals", "lost", "run_at", "created_at", "updated_at", "cancel_requested", "trace_context")
+                   "deferrals", "lost", "run_at", "created_at", "updated_at", "cancel_requested", "trace_context",
+                   "priority")
 
 _STATES: dict[str, State] = {s.value: s for s in State}
 

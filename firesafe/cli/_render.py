@@ -139,7 +139,8 @@ def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None
     head.add_column(style="bold", no_wrap=True)
     head.add_column(overflow="fold")
     head.add_row("key", data(job.key))
-    head.add_row("job", data(f"{job.name}  (queue {job.queue})"))
+    priority = f", priority {job.priority}" if job.priority else ""
+    head.add_row("job", data(f"{job.name}  (queue {job.queue}{priority})"))
     state = state_text(job.state)
     if job.reason:
         state.append(f"  reason: {plain(job.reason)}", style="")

@@ -29,6 +29,8 @@ class InsertParams:
     values: tuple[list[Any], dict[str, Any]] | None = field(default=None, compare=False, repr=False)
     #: The enqueue's trace context (firesafe/hooks.py, ``Hook.job_context``), handed to its attempts.
     trace_context: str | None = field(default=None, compare=False)
+    #: Higher runs first within its queue (models.claim_rank); not part of the fingerprint.
+    priority: int = 0
 
 
 @dataclass(frozen=True)

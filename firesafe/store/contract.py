@@ -125,6 +125,14 @@ class JobStore(Protocol):
         """
         ...
 
+    async def job_insert_many_async(self, items: Sequence[InsertParams], conn: Any) -> list[Job]:
+        """:meth:`job_insert_many` in the open transaction of an async driver's connection ``conn``
+        (PostgreSQL: a psycopg ``AsyncConnection``), awaited on its event loop: the same checks of
+        ``conn``, the same savepoint and the same answers and errors. SQLite has no transaction to
+        join and refuses, as it refuses ``conn`` in :meth:`job_insert_many`.
+        """
+        ...
+
     def job_get(self, key: str, *, full: bool = False) -> Job | None:
         """One job by key; ``full`` also loads its trace and events."""
         ...

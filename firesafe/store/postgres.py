@@ -31,8 +31,9 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
@@ -325,6 +326,53 @@ def _number_array(values: Sequence[float | int | None]) -> str:
     return "{" + text + "}"
 
 
+@dataclass(frozen=True, slots=True)
+class _Statement:
+    """One statement of an insert plan (see ``PostgresCore._insert_plan``): a named query and its
+    parameters; its rows go back as tuples (``tuples``) or as dicts."""
+
+    query: str
+    params: dict[str, Any]
+    tuples: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Pipelined:
+    """The chunks of a large insert of the store's own, for the sync driver to send in one pipeline
+    (see ``PostgresCore._insert_all_pipelined``); ``chunks()`` makes them afresh for a second try."""
+
+    chunks: Callable[[], Iterator[dict[str, Any]]]
+
+
+def _callers_refusal(call: str, *, closed: bool, status: TransactionStatus, autocommit: bool) -> str | None:
+    """Why the caller's connection cannot carry an enqueue into its transaction, or None if it can:
+    one text for ``enqueue(conn=...)`` and ``enqueue_async(conn=...)`` (``call`` names which).
+
+    >>> idle = TransactionStatus.IDLE
+    >>> _callers_refusal("enqueue(conn=...)", closed=False, status=idle, autocommit=False) is None  # begins one
+    True
+    >>> print(_callers_refusal("enqueue_async(conn=...)", closed=False, status=idle, autocommit=True))
+    enqueue_async(conn=...) joins the caller's transaction, but this connection has none open (autocommit): ...
+    """
+    if closed or status == TransactionStatus.UNKNOWN:
+        return f"{call} was given a closed connection"
+    if status == TransactionStatus.INERROR:
+        return f"the transaction of the connection given to {call} has already failed; roll it back first"
+    if status == TransactionStatus.ACTIVE:
+        return f"the connection given to {call} is busy running another query"
+    if autocommit and status == TransactionStatus.IDLE:
+        wrap = "async with" if call.startswith("enqueue_async") else "with"
+        return (f"{call} joins the caller's transaction, but this connection has none open (autocommit): "
+                f"wrap the work in `{wrap} conn.transaction():`")
+    return None
+
+
+def _savepoint_to_undo(status: TransactionStatus) -> bool:
+    """Whether a failed enqueue in the caller's transaction can still be undone by its savepoint
+    (not when the connection was lost or the transaction ended under it)."""
+    return status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+
+
 class _NewJobs:
     """Jobs a batch insert created, built from what was inserted plus what the database decided.
 
@@ -366,7 +414,7 @@ class _NewJobs:
                             args=list(args), kwargs=dict(kwargs), arg_names=list(names), attempt=0,
                             max_attempts=item.max_attempts, runs=0, deferrals=0, lost=0, run_at=when,
                             created_at=created, updated_at=created, finished_at=None,
-                            fingerprint=item.fingerprint, created=True)
+                            fingerprint=item.fingerprint, created=True, priority=item.priority)
 
 
 # Fork safety: a child must never use, nor close, the connections it inherited (closing one sends
@@ -742,56 +790,84 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
             "delay": _number_array([float(i.delay) for i in part]),
             "trace_context": _text_array([i.trace_context for i in part])
             if any(i.trace_context is not None for i in part) else None,
+            "priority": _number_array([i.priority for i in part]) if any(i.priority for i in part) else None,
             "now": now, "channel": self.channel,
         }
 
-    def _insert(self, c: psycopg.Connection[Any], unique: list[InsertParams], *, prepare: bool | None,
-                pipeline: bool) -> dict[str, Job]:
+    def _insert_plan(self, unique: list[InsertParams], *,
+                     pipelined: bool) -> Generator[_Statement | _Pipelined, Any, dict[str, Job]]:
+        """The insert of ``unique`` as the statements it runs, one at a time, and what it decides from
+        their rows: the jobs by key, new or stored. It sends each statement out (a :class:`_Statement`,
+        answered with its rows; with ``pipelined``, one :class:`_Pipelined` for all the chunks, answered
+        with the jobs they created) and does no I/O itself, so the sync and async drivers
+        (:meth:`_insert`, :meth:`_insert_async`) run one plan: what they write and decide cannot differ.
+        """
         stored: dict[str, Job] = {}
         size = self.INSERT_CHUNK
-        # Binary results: jobs rows decode several times faster than as text (floats above all).
-        with c.cursor(row_factory=dict_row, binary=True) as cur:
-            if len(unique) == 1:
-                chunks: Iterable[dict[str, Any]] = [self._insert_params(unique, None, self._now())]
-            else:  # ids in enqueue order, rows in key order, one time for the batch (see job_insert)
-                row = cur.execute(self.q["job_ids_next"], {"n": len(unique), "now": self._now()},
-                                  prepare=False).fetchone()
-                assert row is not None
-                ids, now = row["ids"], row["now"]
-                order = sorted(range(len(unique)), key=lambda k: unique[k].key)
+        if len(unique) == 1:
+            def chunks() -> Iterator[dict[str, Any]]:
+                yield self._insert_params(unique, None, self._now())
+        else:  # ids in enqueue order, rows in key order, one time for the batch (see job_insert)
+            rows = yield _Statement("job_ids_next", {"n": len(unique), "now": self._now()})
+            ids, now = rows[0]["ids"], rows[0]["now"]
+            order = sorted(range(len(unique)), key=lambda k: unique[k].key)
 
-                def in_chunks() -> Iterator[dict[str, Any]]:  # built while the server inserts
-                    for s in range(0, len(order), size):
-                        yield self._insert_params([unique[k] for k in order[s:s + size]],
-                                                  [ids[k] for k in order[s:s + size]], now)
-                chunks = in_chunks()
-            if len(unique) < self.FRESH_MIN or not pipeline:
-                new = _NewJobs(unique)
-                with c.cursor(row_factory=tuple_row, binary=True) as tcur:  # tuples: the cheapest to decode
-                    for params in chunks:
-                        new.add(tcur.execute(self.q["job_insert"], params, prepare=prepare).fetchall(), stored)
-            else:
-                try:
-                    # Most large batches are all new keys: insert them without ON CONFLICT, under a
-                    # savepoint, in a pipeline; if a key is taken, undo that and take the general path.
-                    with c.transaction():
-                        self._insert_pipelined(c, "job_insert_new", chunks, unique, stored, prepare)
-                except psycopg.errors.UniqueViolation:
-                    stored.clear()
-                    self._insert_pipelined(c, "job_insert", in_chunks(), unique, stored, prepare)
+            def chunks() -> Iterator[dict[str, Any]]:  # built while the server inserts
+                for s in range(0, len(order), size):
+                    yield self._insert_params([unique[k] for k in order[s:s + size]],
+                                              [ids[k] for k in order[s:s + size]], now)
+        if pipelined:
+            stored = yield _Pipelined(chunks)
+        else:
+            new = _NewJobs(unique)
+            for params in chunks():
+                new.add((yield _Statement("job_insert", params, tuples=True)), stored)
+        if len(stored) < len(unique):
+            # Keys already taken: read them in a new statement, which also sees keys that a
+            # concurrent enqueue committed while the insert ran (it waited for them).
+            taken = [i.key for i in unique if i.key not in stored]
+            for row in (yield _Statement("job_by_keys", {"keys": _text_array(taken)})):
+                stored[row["key"]] = Job.from_row(row)
             if len(stored) < len(unique):
-                # Keys already taken: read them in a new statement, which also sees keys that a
-                # concurrent enqueue committed while the insert ran (it waited for them).
-                taken = [i.key for i in unique if i.key not in stored]
-                for row in cur.execute(self.q["job_by_keys"], {"keys": _text_array(taken)}, prepare=prepare):
-                    stored[row["key"]] = Job.from_row(row)
-                if len(stored) < len(unique):
-                    unseen = sorted(set(taken) - set(stored))
-                    raise StoreError(
-                        f"PostgreSQL store {self.where}: key(s) {', '.join(unseen[:5])} were taken by a "
-                        "concurrent enqueue that this transaction cannot see (REPEATABLE READ or "
-                        "SERIALIZABLE isolation?); retry the transaction")
+                unseen = sorted(set(taken) - set(stored))
+                raise StoreError(
+                    f"PostgreSQL store {self.where}: key(s) {', '.join(unseen[:5])} were taken by a "
+                    "concurrent enqueue that this transaction cannot see (REPEATABLE READ or "
+                    "SERIALIZABLE isolation?); retry the transaction")
         check_existing(unique, stored)  # raises: the caller rolls this batch back
+        return stored
+
+    def _insert(self, c: psycopg.Connection[Any], unique: list[InsertParams], *, prepare: bool | None,
+                pipeline: bool) -> dict[str, Job]:
+        """Run :meth:`_insert_plan` on ``c``; large batches of the store's own are pipelined."""
+        plan = self._insert_plan(unique, pipelined=pipeline and len(unique) >= self.FRESH_MIN)
+        # Binary results: jobs rows decode several times faster than as text (floats above all); the
+        # inserts' as tuples, the cheapest to decode.
+        with c.cursor(row_factory=dict_row, binary=True) as cur, \
+                c.cursor(row_factory=tuple_row, binary=True) as tcur:
+            answer: Any = None
+            while True:
+                try:
+                    step = plan.send(answer)
+                except StopIteration as done:
+                    return cast("dict[str, Job]", done.value)
+                if isinstance(step, _Pipelined):
+                    answer = self._insert_all_pipelined(c, step, unique, prepare)
+                else:
+                    answer = (tcur if step.tuples else cur).execute(self.q[step.query], step.params,
+                                                                    prepare=prepare).fetchall()
+
+    def _insert_all_pipelined(self, c: psycopg.Connection[Any], step: _Pipelined, unique: list[InsertParams],
+                              prepare: bool | None) -> dict[str, Job]:
+        stored: dict[str, Job] = {}
+        try:
+            # Most large batches are all new keys: insert them without ON CONFLICT, under a
+            # savepoint, in a pipeline; if a key is taken, undo that and take the general path.
+            with c.transaction():
+                self._insert_pipelined(c, "job_insert_new", step.chunks(), unique, stored, prepare)
+        except psycopg.errors.UniqueViolation:
+            stored.clear()
+            self._insert_pipelined(c, "job_insert", step.chunks(), unique, stored, prepare)
         return stored
 
     def _insert_pipelined(self, c: psycopg.Connection[Any], query: str, chunks: Iterable[dict[str, Any]],
@@ -813,20 +889,15 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
 
     def _insert_in_callers_transaction(self, conn: Any, unique: list[InsertParams]) -> dict[str, Job]:
         """Write inside the caller's open transaction: the jobs exist iff the caller commits."""
+        call = "enqueue(conn=...)"
         if not isinstance(conn, psycopg.Connection):
-            raise InvalidInput(
-                f"enqueue(conn=...) takes a psycopg 3 Connection (sync), not {type(conn).__name__}")
-        status = conn.info.transaction_status
-        if conn.closed or status == TransactionStatus.UNKNOWN:
-            raise InvalidInput("enqueue(conn=...) was given a closed connection")
-        if status == TransactionStatus.INERROR:
-            raise InvalidInput("the transaction of the connection given to enqueue(conn=...) has already "
-                               "failed; roll it back first")
-        if status == TransactionStatus.ACTIVE:
-            raise InvalidInput("the connection given to enqueue(conn=...) is busy running another query")
-        if conn.autocommit and status == TransactionStatus.IDLE:
-            raise InvalidInput("enqueue(conn=...) joins the caller's transaction, but this connection has none "
-                               "open (autocommit): wrap the work in `with conn.transaction():`")
+            is_async = isinstance(conn, psycopg.AsyncConnection)
+            also = " (use `await job.enqueue_async(..., conn=...)`)" if is_async else ""
+            raise InvalidInput(f"{call} takes a psycopg 3 Connection (sync), not {type(conn).__name__}{also}")
+        why = _callers_refusal(call, closed=conn.closed, status=conn.info.transaction_status,
+                               autocommit=conn.autocommit)
+        if why is not None:
+            raise InvalidInput(why)
         # A framework may have set client-side cursors as the connection's default (Django does), which
         # cannot read binary results: the insert uses psycopg's own cursors, and the default comes back.
         factory, conn.cursor_factory = conn.cursor_factory, psycopg.Cursor
@@ -836,20 +907,75 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
             try:
                 stored = self._insert(conn, unique, prepare=False, pipeline=False)
             except BaseException:
-                if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+                if _savepoint_to_undo(conn.info.transaction_status):
                     conn.execute(self.q["savepoint_rollback"], prepare=False)
                     conn.execute(self.q["savepoint_release"], prepare=False)
                 raise
             conn.execute(self.q["savepoint_release"], prepare=False)
         except psycopg.errors.UndefinedTable as exc:
-            raise StoreError(
-                f"the connection given to enqueue(conn=...) sees no firesafe tables in schema {self.schema!r} "
-                f"({exc}); is it connected to the store's database ({self.where})?") from exc
+            raise self._not_the_stores_database(call, exc) from exc
         except psycopg.Error as exc:
-            raise self._explain(exc) from exc
+            raise self._explain(exc, callers=True) from exc
         finally:
             conn.cursor_factory = factory
         return stored
+
+    async def job_insert_many_async(self, items: Sequence[InsertParams], conn: Any) -> list[Job]:
+        unique = dedupe_batch(items)
+        if not unique:
+            return []
+        return in_batch_order(items, await self._insert_in_callers_transaction_async(conn, unique))
+
+    async def _insert_in_callers_transaction_async(self, conn: Any, unique: list[InsertParams]) -> dict[str, Job]:
+        """:meth:`_insert_in_callers_transaction` on a psycopg ``AsyncConnection``: the same checks, the
+        same savepoint, the same plan (:meth:`_insert_plan`), awaited on the caller's event loop."""
+        call = "enqueue_async(conn=...)"
+        if not isinstance(conn, psycopg.AsyncConnection):
+            also = " (use `job.enqueue(..., conn=...)`)" if isinstance(conn, psycopg.Connection) else ""
+            raise InvalidInput(f"{call} takes a psycopg 3 AsyncConnection, not {type(conn).__name__}{also}")
+        why = _callers_refusal(call, closed=conn.closed, status=conn.info.transaction_status,
+                               autocommit=conn.autocommit)
+        if why is not None:
+            raise InvalidInput(why)
+        factory, conn.cursor_factory = conn.cursor_factory, psycopg.AsyncCursor  # as in the sync twin
+        try:
+            await conn.execute(self.q["savepoint"], prepare=False)
+            try:
+                stored = await self._insert_async(conn, unique)
+            except BaseException:
+                if _savepoint_to_undo(conn.info.transaction_status):
+                    await conn.execute(self.q["savepoint_rollback"], prepare=False)
+                    await conn.execute(self.q["savepoint_release"], prepare=False)
+                raise
+            await conn.execute(self.q["savepoint_release"], prepare=False)
+        except psycopg.errors.UndefinedTable as exc:
+            raise self._not_the_stores_database(call, exc) from exc
+        except psycopg.Error as exc:
+            raise self._explain(exc, callers=True) from exc
+        finally:
+            conn.cursor_factory = factory
+        return stored
+
+    async def _insert_async(self, c: psycopg.AsyncConnection[Any], unique: list[InsertParams]) -> dict[str, Job]:
+        """Run :meth:`_insert_plan` on an async connection, one statement at a time (no pipeline)."""
+        plan = self._insert_plan(unique, pipelined=False)
+        async with c.cursor(row_factory=dict_row, binary=True) as cur, \
+                c.cursor(row_factory=tuple_row, binary=True) as tcur:
+            answer: Any = None
+            while True:
+                try:
+                    step = plan.send(answer)
+                except StopIteration as done:
+                    return cast("dict[str, Job]", done.value)
+                assert isinstance(step, _Statement)  # only the store's own connection pipelines
+                statement = tcur if step.tuples else cur
+                await statement.execute(self.q[step.query], step.params, prepare=False)
+                answer = await statement.fetchall()
+
+    def _not_the_stores_database(self, call: str, exc: psycopg.Error) -> StoreError:
+        return StoreError(
+            f"the connection given to {call} sees no firesafe tables in schema {self.schema!r} "
+            f"({exc}); is it connected to the store's database ({self.where})?")
 
     def job_get(self, key: str, *, full: bool = False) -> Job | None:
         with self._conn() as c:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from firesafe.clock import Clock, SystemClock
 from firesafe.errors import OtherTables, StoreDataError, StoreError
-from firesafe.models import Job, attempt_from_row, event_from_row
+from firesafe.models import Job, attempt_from_row, claim_rank, event_from_row
 from firesafe.sanitize import for_store
 from firesafe.states import Outcome, State
 from firesafe.store import queries
@@ -357,6 +357,9 @@ class SQLiteCore(CoreCommon, DashboardQueries, MovesByQuery):
         return max((r[0] for r in rows), default=0)
 
     # -- jobs --------------------------------------------------------------------------------
+    async def job_insert_many_async(self, items: Sequence[InsertParams], conn: Any) -> list[Job]:
+        raise StoreError("enqueue_async(conn=...) joins a PostgreSQL transaction; the SQLite store has none to join")
+
     def job_insert_many(self, items: Sequence[InsertParams], conn: Any = None) -> list[Job]:
         if conn is not None:
             raise StoreError("enqueue(conn=...) joins a PostgreSQL transaction; the SQLite store has none to join")
@@ -368,7 +371,8 @@ class SQLiteCore(CoreCommon, DashboardQueries, MovesByQuery):
             c.executemany(Q["job_insert"], [
                 {"key": i.key, "name": i.name, "queue": i.queue, "fingerprint": i.fingerprint,
                  "payload": i.payload, "arg_names": i.arg_names, "max_attempts": i.max_attempts,
-                 "run_at": i.run_at, "delay": i.delay, "now": now, "trace_context": i.trace_context}
+                 "run_at": i.run_at, "delay": i.delay, "now": now, "trace_context": i.trace_context,
+                 "priority": i.priority}
                 for i in unique
             ])
             stored: dict[str, Job] = {}
@@ -411,6 +415,8 @@ class SQLiteCore(CoreCommon, DashboardQueries, MovesByQuery):
             "token": token, "now": now, "lease": params.lease, "worker": params.worker,
             "queues": json.dumps(list(params.queues)), "limit": params.limit,
         })
+        if len(rows) > 1:  # RETURNING promises no order: the claim's own (see job_claim)
+            rows.sort(key=lambda r: (claim_rank(r["run_at"], r["priority"]), r["run_at"], r["id"]))
         return [Claimed(Job.from_claim_row(r, params.worker), token) for r in rows]
 
     def _finish(self, c: sqlite3.Connection, items: Sequence[FinishParams], now: float) -> list[bool]:

@@ -10,6 +10,14 @@ while their moving average is short (:attr:`Prefetch.below`), and gives back a j
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from firesafe.models import Job, claim_rank
+
 #: A prefetch sized by the pace (the default) holds at most this many jobs, running and waiting, or
 #: twice the concurrency if that is more. The pace keeps it to what the threads run in about
 #: ``Prefetch.below``, so only attempts well under a millisecond reach it (docs/operations.md).
@@ -93,3 +101,40 @@ def claim_size(want: int, staying: int, batch: int, *, depth: int = 1, reserved:
     if depth > 1:
         free = min(free, max(concurrency, -(-want // depth)))
     return max(0, free)
+
+
+class Waiting:
+    """The claimed jobs waiting for a thread: each thread that frees up takes the one that ranks first
+    (:func:`~firesafe.models.claim_rank`, then run_at, then id), the order a claim takes them in. One
+    claim's jobs arrive in that order already; this keeps it across claims, whose replies may come
+    in another order (a pipeline's transactions, a limiter's give-backs), so a job of a higher
+    priority claimed later still starts before the prefetched ones of a lower.
+
+    >>> w, ran = Waiting(), []
+    >>> from datetime import UTC, datetime
+    >>> def job(id_, priority):
+    ...     return Job(id_, "k", "n", "q", None, [], {}, [], 0, 1, 0, 0, 0, datetime.fromtimestamp(100, UTC),
+    ...                datetime.fromtimestamp(100, UTC), datetime.fromtimestamp(100, UTC), None, priority=priority)
+    >>> for id_, p in ((1, 0), (2, 0), (3, 5)):
+    ...     w.put(job(id_, p), lambda id_=id_: ran.append(id_))
+    >>> for _ in range(3):
+    ...     w.take()()
+    >>> ran
+    [3, 1, 2]
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, float, int, int, Callable[[], Any]]] = []
+        self._lock = threading.Lock()
+        self._seq = itertools.count()  # a job given back and claimed again may be in twice: never compared
+
+    def put(self, job: Job, task: Callable[[], Any]) -> None:
+        at = job.run_at.timestamp() if job.run_at is not None else 0.0
+        entry = (claim_rank(at, job.priority), at, job.id, next(self._seq), task)
+        with self._lock:
+            heapq.heappush(self._heap, entry)
+
+    def take(self) -> Callable[[], Any]:
+        """The task of the job that ranks first; one is there for each :meth:`put` not yet taken."""
+        with self._lock:
+            return heapq.heappop(self._heap)[-1]

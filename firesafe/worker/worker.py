@@ -48,7 +48,7 @@ from firesafe.worker import collector, executor
 from firesafe.worker.completer import Completer, Meta
 from firesafe.worker.pipeline import DEFAULT_DEPTH
 from firesafe.worker.pool import Pool, Threads
-from firesafe.worker.prefetch import Prefetch, claim_size
+from firesafe.worker.prefetch import Prefetch, Waiting, claim_size
 from firesafe.worker.quarantine import Quarantine
 
 if TYPE_CHECKING:
@@ -168,6 +168,7 @@ class Worker:
         # When a job waiting for a thread may next have to be given back (see _withdraw), monotonic.
         self._withdraw_due = 0.0
         self._pool: Threads | None = None
+        self._waiting = Waiting()  # claimed jobs not yet on a thread: the pool runs the first-ranked next
         # The clock of every duration, deadline and timer of this worker (the simulation's is fake).
         self.monotonic: Callable[[], float] = time.monotonic
         # Quarantine: one worker per queue set (a leader lease) runs suspects, alone.
@@ -539,7 +540,12 @@ class Worker:
                 self._wake.set()
 
         assert self._pool is not None
-        self._pool.submit(task)
+        self._waiting.put(job, task)
+        self._pool.submit(self._run_next)
+
+    def _run_next(self) -> None:
+        """A pool thread's task: run the waiting job that ranks first (priorities; see :class:`Waiting`)."""
+        self._waiting.take()()
 
     def _end_unrun(self, claimed: Claimed, fin: FinishParams) -> None:
         """Save the outcome of a claimed job that cannot run here (booked and told to the hooks as any

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from firesafe import App, IdempotencyConflict, InvalidInput, Job, JobNotFound
+from firesafe import App, IdempotencyConflict, InvalidInput, Job, JobNotFound, StoreError
 
 
 def declare(app: App) -> Any:
@@ -86,15 +86,31 @@ def test_other_arguments_under_a_key_raise_idempotency_conflict(app: App) -> Non
     (("r-5", 1), {"colour": "red"}),  # no such argument
     (("r-5", 1), {"delay": 5, "run_at": datetime(2030, 1, 1, tzinfo=UTC)}),  # both timings
     (("r-5", 1), {"key": "bad key with spaces\n"}),
-    (("r-5", 1), {"conn": object()}),  # a transaction's connection stays with its own code
 ])
 def test_invalid_input_raises_as_it_does_in_sync(app: App, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     refund = declare(app)
     with pytest.raises(InvalidInput):
         asyncio.run(refund.enqueue_async(*args, **kwargs))
-    if "conn" not in kwargs:
-        with pytest.raises(InvalidInput):
-            refund.enqueue(*args, **kwargs)
+    with pytest.raises(InvalidInput):
+        refund.enqueue(*args, **kwargs)
+    assert app.jobs_list() == []
+
+
+def test_a_conn_that_is_no_async_connection_is_refused_as_enqueue_refuses_one(app: App) -> None:
+    """Given something else than a psycopg AsyncConnection as ``conn``, then the async calls refuse it
+    as ``enqueue`` refuses a wrong one: InvalidInput on PostgreSQL, which names what it takes; on
+    SQLite StoreError, there being no transaction to join. Nothing is stored.
+    (tests/orm/test_sqlalchemy_async.py enqueues in real async transactions.)"""
+    refund = declare(app)
+    expected = StoreError if app.store.dialect == "sqlite" else InvalidInput
+    with pytest.raises(expected):
+        refund.enqueue("r-5", 1, key="refund:r-5", conn=object())
+    with pytest.raises(expected, match=r"enqueue_async\(conn=\.\.\.\)"):
+        asyncio.run(refund.enqueue_async("r-5", 1, key="refund:r-5", conn=object()))
+    with pytest.raises(expected):
+        asyncio.run(refund.options(key="refund:r-5", conn=object()).enqueue_async("r-5", 1))
+    with pytest.raises(expected):
+        asyncio.run(refund.enqueue_many_async([{"args": ["r-5", 1], "key": "refund:r-5"}], conn=object()))
     assert app.jobs_list() == []
 
 
@@ -117,8 +133,6 @@ def test_options_enqueue_is_enqueue_with_those_options(app: App) -> None:
     assert (job.key, job.queue, job.created) == ("refund:r-8", "refunds", True)
     again = refund.options(key="refund:r-8", queue="refunds").enqueue("r-8", amount=7)
     assert again.id == job.id and not again.created
-    with pytest.raises(InvalidInput):
-        asyncio.run(refund.options(key="refund:r-9", conn=object()).enqueue_async("r-9", 1))
 
 
 def test_get_async_of_an_unknown_key_raises_job_not_found(app: App) -> None:

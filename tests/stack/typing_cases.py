@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
+
 from firesafe import App, Job
 from firesafe.jobs import Enqueuer, JobDef
 
@@ -45,11 +47,14 @@ def correct() -> list[Job]:
     ]
 
 
-async def correct_async() -> list[Job]:
+async def correct_async(aconn: psycopg.AsyncConnection[Any]) -> list[Job]:
     return [
         await refund.enqueue_async("r-1", 500),
         await refund.enqueue_async("r-1", 500, key="refund:r-1"),
+        await refund.enqueue_async("r-1", 500, conn=aconn),  # in aconn's transaction
         await refund.options(key="refund:r-1").enqueue_async("r-1", amount_cents=500),
+        await refund.options(key="refund:r-1", conn=aconn).enqueue_async("r-1", 500),
+        *await refund.enqueue_many_async([{"args": ["r-2", 1], "key": "refund:r-2"}], conn=aconn),
         await notify.enqueue_async(7),
         await app.get_async("refund:r-1"),
         *await refund.enqueue_many_async([{"args": ["r-2", 1], "key": "refund:r-2"}]),
@@ -75,5 +80,5 @@ def wrong() -> None:
 async def wrong_async() -> None:
     await refund.enqueue_async("r-1", "500")  # type: ignore[call-overload]
     await refund.options(key="k").enqueue_async("r-1", "500")  # type: ignore[arg-type]
-    await refund.enqueue_async("r-1", 500, conn=None)  # type: ignore[call-overload]
+    await refund.options(conn=None).enqueue_async("r-1", "500")  # type: ignore[arg-type]
     await app.get_async(7)  # type: ignore[arg-type]

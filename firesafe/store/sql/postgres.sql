@@ -103,17 +103,21 @@ WITH clock AS MATERIALIZED (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
 inserted AS (
     INSERT INTO {schema}.firesafe_jobs (id, key, name, queue, fingerprint, payload, arg_names, state,
-                                        max_attempts, run_at, created_at, updated_at, trace_context)
+                                        max_attempts, run_at, created_at, updated_at, trace_context, priority)
     SELECT coalesce(i.id, nextval('{schema}.firesafe_jobs_id_seq'::regclass)), i.key, i.name, i.queue,
            i.fingerprint, i.payload, i.arg_names,
            CASE WHEN coalesce(i.run_at, c.now + i.delay) > c.now THEN 'scheduled' ELSE 'queued' END,
-           i.max_attempts, coalesce(i.run_at, c.now + i.delay), c.now, c.now, i.trace_context
+           i.max_attempts, coalesce(i.run_at, c.now + i.delay), c.now, c.now, i.trace_context,
+           coalesce(i.priority, 0)
     FROM clock c CROSS JOIN
-         -- trace_context is NULL (no array) when no job of the batch has one: unnest pads it with NULLs.
+         -- trace_context and priority are NULL (no array) when no job of the batch has one (or one but
+         -- 0): unnest pads them with NULLs.
          unnest(%(id)s::bigint[], %(key)s::text[], %(name)s::text[], %(queue)s::text[],
                 %(fingerprint)s::text[], %(payload)s::text[], %(arg_names)s::text[],
-                %(max_attempts)s::int[], %(run_at)s::float8[], %(delay)s::float8[], %(trace_context)s::text[])
-             AS i(id, key, name, queue, fingerprint, payload, arg_names, max_attempts, run_at, delay, trace_context)
+                %(max_attempts)s::int[], %(run_at)s::float8[], %(delay)s::float8[], %(trace_context)s::text[],
+                %(priority)s::int[])
+             AS i(id, key, name, queue, fingerprint, payload, arg_names, max_attempts, run_at, delay, trace_context,
+                  priority)
     ON CONFLICT (key) DO NOTHING
     RETURNING id, key, queue, state, run_at, created_at),
 woken AS (
@@ -140,19 +144,26 @@ SELECT * FROM {schema}.firesafe_jobs WHERE key = %(key)s;
 -- every execution (finish-and-claim runs it under a generic plan, see the store) then knows it fetches
 -- a few rows, so it keeps the ordered index scan whatever the backlog. {lost} is "j.lost = 0" for a
 -- claim of jobs never lost, "j.lost > 0" for suspects (their own partial index, nearly empty).
--- It returns what an attempt needs (models.CLAIMED_COLUMNS), not the job's history.
+-- Priorities: jobs are taken in the order of their rank, run_at - 60 x priority (a point of priority
+-- counts as a minute of waiting: migrations/postgres/0016_priority.sql), then run_at, id; the
+-- runnable index holds exactly that order. The rank's bound (now + 60 x 100: no due job ranks later,
+-- the lowest priority being -100) ends the index scan where today's "run_at <= now" did; run_at is
+-- in the index, so the jobs not yet due that rank before it are skipped there, not read.
+-- It returns what an attempt needs (models.CLAIMED_COLUMNS), not the job's history, in claim order.
 WITH clock AS MATERIALIZED (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
 picked AS (
     SELECT p.id FROM unnest(%(queues)s::text[]) AS q(queue)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.run_at FROM {schema}.firesafe_jobs j
-        WHERE j.queue = q.queue AND j.state IN ('queued', 'scheduled') AND j.run_at <= (SELECT now FROM clock)
+        SELECT j.id, j.run_at - 60.0::float8 * j.priority AS rank, j.run_at FROM {schema}.firesafe_jobs j
+        WHERE j.queue = q.queue AND j.state IN ('queued', 'scheduled')
+          AND j.run_at - 60.0::float8 * j.priority <= (SELECT now FROM clock) + 6000.0::float8
+          AND j.run_at <= (SELECT now FROM clock)
           AND {lost}
-        ORDER BY j.run_at, j.id
+        ORDER BY j.run_at - 60.0::float8 * j.priority, j.run_at, j.id
         LIMIT {limit}
         FOR UPDATE OF j SKIP LOCKED) p
-    ORDER BY p.run_at, p.id
+    ORDER BY p.rank, p.run_at, p.id
     LIMIT {limit}),
 claimed AS (
     UPDATE {schema}.firesafe_jobs j
@@ -161,8 +172,9 @@ claimed AS (
     FROM picked p CROSS JOIN clock c
     WHERE j.id = p.id
     RETURNING j.id, j.key, j.name, j.queue, j.state, j.payload, j.arg_names, j.attempt, j.max_attempts, j.runs,
-              j.deferrals, j.lost, j.run_at, j.created_at, j.updated_at, j.cancel_requested, j.trace_context)
-SELECT * FROM claimed ORDER BY run_at, id;
+              j.deferrals, j.lost, j.run_at, j.created_at, j.updated_at, j.cancel_requested, j.trace_context,
+              j.priority)
+SELECT * FROM claimed ORDER BY run_at - 60.0::float8 * priority, run_at, id;
 
 -- name: plan_generic
 -- PostgreSQL only: for the rest of this transaction, run prepared statements under their generic

@@ -21,10 +21,10 @@ SELECT coalesce(max(id), 0) AS max_id FROM firesafe_jobs;
 -- name: job_insert
 -- Insert one job unless its key exists (the unique key decides; the caller compares fingerprints).
 INSERT INTO firesafe_jobs (key, name, queue, fingerprint, payload, arg_names, state, max_attempts,
-                           run_at, created_at, updated_at, trace_context)
+                           run_at, created_at, updated_at, trace_context, priority)
 VALUES (:key, :name, :queue, :fingerprint, :payload, :arg_names,
         CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 'scheduled' ELSE 'queued' END,
-        :max_attempts, coalesce(:run_at, :now + :delay), :now, :now, :trace_context)
+        :max_attempts, coalesce(:run_at, :now + :delay), :now, :now, :trace_context, :priority)
 ON CONFLICT (key) DO NOTHING;
 
 -- name: job_by_keys
@@ -43,19 +43,25 @@ SELECT * FROM firesafe_jobs WHERE key = :key;
 -- index (queue, run_at) keeps a claim's cost the same at any backlog. The store
 -- writes in {index} and {lost}: firesafe_jobs_runnable and "lost = 0" for a claim of jobs never
 -- lost, firesafe_jobs_suspects and "lost > 0" for suspects (an index that holds only them).
--- It returns what an attempt needs (models.CLAIMED_COLUMNS), not the job's history.
+-- Priorities: jobs are taken in the order of their rank, run_at - 60 x priority (a point of priority
+-- counts as a minute of waiting: migrations/sqlite/0016_priority.sql), then run_at, id; both indexes
+-- hold that order, written here as in the index so that SQLite matches it. The rank's bound (now +
+-- 60 x 100: no due job ranks later, the lowest priority being -100) ends the index scan.
+-- It returns what an attempt needs (models.CLAIMED_COLUMNS), not the job's history. SQLite differs:
+-- RETURNING gives the rows in no promised order; the store sorts them in claim order
+-- (models.claim_rank).
 UPDATE firesafe_jobs
 SET state = 'running', lease_token = :token, lease_expires = :now + :lease, worker = :worker,
     attempt = attempt + 1, runs = runs + 1, started_at = :now, updated_at = :now
 WHERE id IN (
     SELECT id FROM firesafe_jobs INDEXED BY {index}
-    WHERE state IN ('queued', 'scheduled') AND run_at <= :now
+    WHERE state IN ('queued', 'scheduled') AND run_at - 60.0 * priority <= :now + 6000.0 AND run_at <= :now
       AND queue IN (SELECT value FROM json_each(:queues))
       AND {lost}
-    ORDER BY run_at, id
+    ORDER BY run_at - 60.0 * priority, run_at, id
     LIMIT :limit)
 RETURNING id, key, name, queue, state, payload, arg_names, attempt, max_attempts, runs, deferrals, lost, run_at,
-          created_at, updated_at, cancel_requested, trace_context;
+          created_at, updated_at, cancel_requested, trace_context, priority;
 
 -- name: job_finish
 -- End a running attempt: only if the job is still running under this lease token (fencing).

@@ -100,10 +100,11 @@ closed AS (
 SELECT id FROM moved;
 
 -- name: limiter_jobs_release
--- Resume: bring the jobs waiting for a limiter forward, one spacing apart from now, in their order.
+-- Resume: bring the jobs waiting for a limiter forward, one spacing apart from now, in their claim order
+-- (by priority: see job_claim).
 UPDATE {schema}.firesafe_jobs j
 SET run_at = %(now)s::float8 + %(spacing)s::float8 * (r.n - 1), updated_at = %(now)s::float8
-FROM (SELECT id, row_number() OVER (ORDER BY run_at, id) AS n FROM {schema}.firesafe_jobs
+FROM (SELECT id, row_number() OVER (ORDER BY run_at - 60.0::float8 * priority, run_at, id) AS n FROM {schema}.firesafe_jobs
       WHERE state = 'scheduled' AND reason = %(reason)s AND run_at > %(now)s::float8) AS r
 WHERE j.id = r.id AND j.state = 'scheduled';
 

@@ -73,10 +73,11 @@ SET state = 'scheduled', lease_token = NULL, lease_expires = NULL, run_at = :now
 WHERE id = :job_id AND state = 'running' AND lease_token = :token;
 
 -- name: limiter_jobs_release
--- Resume: bring the jobs waiting for a limiter forward, one spacing apart from now, in their order.
+-- Resume: bring the jobs waiting for a limiter forward, one spacing apart from now, in their claim order
+-- (by priority: see job_claim).
 UPDATE firesafe_jobs
 SET run_at = :now + :spacing * (r.n - 1), updated_at = :now
-FROM (SELECT id, row_number() OVER (ORDER BY run_at, id) AS n FROM firesafe_jobs
+FROM (SELECT id, row_number() OVER (ORDER BY run_at - 60.0 * priority, run_at, id) AS n FROM firesafe_jobs
       WHERE state = 'scheduled' AND reason = :reason AND run_at > :now) AS r
 WHERE firesafe_jobs.id = r.id AND firesafe_jobs.state = 'scheduled';
 
