@@ -41,10 +41,11 @@ pgbouncer:
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-# Two pytest processes (pytest-xdist) share the tests; the drill that restarts the PostgreSQL server
-# runs alone afterwards, since every other PostgreSQL test would see the restart.
+# Four pytest processes (pytest-xdist) share the tests, on two cores: most of the suite's time is spent
+# waiting (on worker processes, leases, rate limits, servers), not computing. The drill that restarts
+# the PostgreSQL server runs alone afterwards, since every other PostgreSQL test would see the restart.
 test: $(STAMP) lint browser pgbouncer docs
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist worksteal -m "not pg_restart" --durations=20
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 4 --dist worksteal -m "not pg_restart" --durations=20
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m pg_restart tests/drills
 
 test-fast: $(STAMP)
