@@ -9,6 +9,10 @@ SELECT 'bare:' || g, 'noop', 'bare', md5(g::text), '{"args": [' || g || '], "kwa
        extract(epoch FROM clock_timestamp())
 FROM generate_series(1, %(n)s::int) AS g;
 
+-- name: analyze
+-- Fresh statistics for the bare loop's claim (see bare_loop).
+ANALYZE {schema}.firesafe_jobs;
+
 -- name: claim_one
 -- The bare loop's claim: the first runnable row in firesafe's order (by rank, run_at - 60 x priority,
 -- as the runnable index holds them), skipping rows another transaction holds.
