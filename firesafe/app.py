@@ -246,11 +246,15 @@ class App:
 
     # -- enqueue by name (CLI) ---------------------------------------------------------------
     def enqueue(self, name: str, *args: Any, **options: Any) -> Job:
+        return self.job_named(name).enqueue(*args, **options)
+
+    def job_named(self, name: str) -> JobDef[Any, Any]:
+        """The declared job called ``name``; :class:`InvalidInput` naming the declared ones if none is."""
         jd = self.jobs.get(name)
         if jd is None:
             known = ", ".join(sorted(self.jobs)) or "none"
             raise InvalidInput(f"no job named {name!r} is declared (declared: {known})")
-        return jd.enqueue(*args, **options)
+        return jd
 
     # -- reading and controlling -------------------------------------------------------------
     def get(self, key: str) -> Job:

@@ -201,9 +201,11 @@ def worker(target: str, queues: str | None, concurrency: int, prefetch: int | No
 @click.option("--key", help="The job's idempotency key (default: a new unique key).")
 @click.option("--delay", type=Duration(), default=None, help="Run no sooner than this from now: 30, 30s, 10m, 2h.")
 @click.option("--queue", callback=not_empty, help="Put the job in this queue instead of the job's own.")
+@click.option("--priority", type=click.IntRange(-100, 100), default=None, metavar="-100..100",
+              help="Run before lower priorities of its queue (default: the job's own, else 0).")
 @json_option
 def enqueue(target: str, job_name: str, args_: list[Any], kwargs_: dict[str, Any], key: str | None,
-            delay: float | None, queue: str | None, as_json: bool) -> None:
+            delay: float | None, queue: str | None, priority: int | None, as_json: bool) -> None:
     """Enqueue one run of JOB_NAME declared by the app MODULE:APP; idempotent per --key.
 
     An existing key with the same arguments prints the stored job (its state, and its result if
@@ -213,6 +215,7 @@ def enqueue(target: str, job_name: str, args_: list[Any], kwargs_: dict[str, Any
     Examples:
       firesafe enqueue myapp:app refund --args '["o-1", 100]' --key refund:o-1
       firesafe enqueue myapp:app send_digest --kwargs '{"day": "2024-05-01"}' --delay 10m --json
+      firesafe enqueue myapp:app password_reset --args '["ann"]' --priority 10
     """
     reserved = sorted(RESERVED & set(kwargs_))
     if reserved:
@@ -220,7 +223,8 @@ def enqueue(target: str, job_name: str, args_: list[Any], kwargs_: dict[str, Any
                                  "use --key/--delay/--queue", param_hint="--kwargs")
     app = load_app(target)
     try:
-        job = app.enqueue(job_name, *args_, key=key, delay=delay, queue=queue, **kwargs_)
+        enqueuer = app.job_named(job_name).options(key=key, delay=delay, queue=queue, priority=priority)
+        job = enqueuer.enqueue(*args_, **kwargs_)
     except IdempotencyConflict as exc:
         raise fail(f"{exc}; nothing was enqueued") from None
     finally:

@@ -38,6 +38,17 @@ def test_enqueue_masks_secrets_and_takes_a_delay(inprocess_app: AppModule) -> No
     assert data["created"] and data["state"] == "scheduled" and data["arguments"]["api_key"] == "********"
 
 
+def test_enqueue_takes_a_priority_and_refuses_one_out_of_range(inprocess_app: AppModule) -> None:
+    result = run("enqueue", inprocess_app.target, "add", "--args", "[1, 2]", "--key", "add:p", "--priority", "7",
+                 "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["priority"] == 7
+    plain = json.loads(run("enqueue", inprocess_app.target, "add", "--args", "[2, 2]", "--json").stdout)
+    assert plain["priority"] == 0
+    for bad in ("101", "-101", "high"):
+        refused = run("enqueue", inprocess_app.target, "add", "--args", "[3, 3]", "--priority", bad)
+        assert refused.exit_code == 2 and "--priority" in refused.output and "Traceback" not in refused.output
+
+
 def test_bad_json_arguments_are_usage_errors(inprocess_app: AppModule) -> None:
     for option, value in (("--args", "[1, "), ("--args", '{"a": 1}'), ("--kwargs", "[1]"),
                           ("--kwargs", '{"key": "x"}'), ("--delay", "later")):
