@@ -16,16 +16,7 @@ from firesafe.errors import ConfigError, InvalidInput
 from firesafe.models import PRIORITY_STEP
 from firesafe.states import Outcome
 from firesafe.store.base import ClaimParams, FinishParams
-
-Q = ("default",)
-
-
-def declare(app: App):
-    @app.job(max_attempts=3)
-    def work(ctx, n: int) -> int:
-        return n
-
-    return work
+from tests.contract.test_finish_and_claim import Q, declare, done  # one job, and a success to save
 
 
 def claim(app: App, limit: int = 100, *, suspects: bool = False) -> list:
@@ -34,10 +25,6 @@ def claim(app: App, limit: int = 100, *, suspects: bool = False) -> list:
 
 def keys(claimed: list) -> list[str]:
     return [c.job.key for c in claimed]
-
-
-def done(c) -> FinishParams:
-    return FinishParams(c.job.id, c.token, c.job.runs, State.SUCCEEDED, Outcome.SUCCEEDED)
 
 
 def test_higher_priority_is_claimed_first_and_equal_priorities_keep_their_order(app: App) -> None:

@@ -18,6 +18,11 @@ ORDERS = f"fs_user_{uuid.uuid4().hex[:8]}.orders"
 
 @pytest.fixture
 def app(pg: Pg) -> Iterator[App]:
+    yield from app_with_orders(pg)
+
+
+def app_with_orders(pg: Pg) -> Iterator[App]:
+    """An app on the test's schema, and the user's own table ORDERS in the user's own schema."""
     a = App(pg.url)
     a.store.migrate()
     with psycopg.connect(PG_URL, autocommit=True) as c:  # the user's own table, in the user's own schema

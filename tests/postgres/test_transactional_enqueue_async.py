@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict
 from typing import Any
@@ -21,22 +20,14 @@ import pytest
 from firesafe import App, IdempotencyConflict, InvalidInput, Job, State, StoreError
 from firesafe.store.base import JobFilter
 from firesafe.stores.postgres import PostgresStore
-from tests.conftest import PG_URL, drop_schema
+from tests.conftest import PG_URL
 from tests.postgres.conftest import Pg
-
-ORDERS = f"fs_user_{uuid.uuid4().hex[:8]}.orders"
+from tests.postgres.test_transactional_enqueue import ORDERS, app_with_orders
 
 
 @pytest.fixture
 def app(pg: Pg) -> Iterator[App]:
-    a = App(pg.url)
-    a.store.migrate()
-    with psycopg.connect(PG_URL, autocommit=True) as c:  # the user's own table, in the user's own schema
-        c.execute(f"CREATE SCHEMA {ORDERS.split('.')[0]}")
-        c.execute(f"CREATE TABLE {ORDERS} (id text PRIMARY KEY)")
-    yield a
-    a.close()
-    drop_schema(ORDERS.split(".")[0])
+    yield from app_with_orders(pg)
 
 
 def declare(app: App) -> Any:
