@@ -207,7 +207,9 @@ class Completer:
     def close_pipeline(self) -> None:
         """End the committer threads; from here on the loop saves in transactions of its own."""
         if self.pipe is not None:
-            self.pipe.close()
+            if not self.pipe.close():
+                log.error("store transaction(s) still running after the pipeline closed; their leases will "
+                          "expire and their jobs be rescued")
             self.pipe = None
 
     def collect(self, take: Callable[[list[Claimed]], None]) -> None:

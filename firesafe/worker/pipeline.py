@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,10 +121,17 @@ class StorePipeline:
         with self._settled:
             return self._settled.wait_for(lambda: self._done.qsize() >= len(self.in_flight), timeout)
 
-    def close(self) -> None:
-        """End the committer threads once the requests submitted before have run."""
+    def close(self, timeout: float = 10.0) -> bool:
+        """End the committer threads once the requests submitted before have run, waiting up to
+        ``timeout`` seconds for them; True if they all ended. (A committer still in a transaction
+        when the store is closed would use a connection closed under it: SQLite's then crashes the
+        process.)"""
         for _ in self._threads:
             self._todo.put(None)
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
 
     def _run(self) -> None:
         while True:
