@@ -42,11 +42,12 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # Four pytest processes (pytest-xdist) share the tests, on two cores: most of the suite's time is spent
-# waiting (on worker processes, leases, rate limits, servers), not computing. The drill that restarts
-# the PostgreSQL server runs alone afterwards, since every other PostgreSQL test would see the restart.
+# waiting (on worker processes, leases, rate limits, servers), not computing. Then, one at a time, the
+# tests that measure a throughput ratio (marked `alone`: the others' load would move it) and the drill
+# that restarts the PostgreSQL server (every other PostgreSQL test would see the restart).
 test: $(STAMP) lint browser pgbouncer docs
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 4 --dist worksteal -m "not pg_restart" --durations=20
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m pg_restart tests/drills
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 4 --dist worksteal -m "not pg_restart and not alone" --durations=20
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "alone or pg_restart"
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -x -m "not slow"

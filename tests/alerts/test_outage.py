@@ -13,6 +13,8 @@ import statistics
 import threading
 import time
 
+import pytest
+
 from firesafe import App, Backoff
 from firesafe.alerts import Webhook
 from firesafe.store.base import JobFilter
@@ -32,6 +34,7 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.01) -> No
         time.sleep(interval)
 
 
+@pytest.mark.alone  # a throughput ratio: measured with no other test beside it
 def test_receiver_down_then_up_loses_no_alert_and_does_not_slow_jobs(tmp_path) -> None:
     receiver = Receiver().up()
     # synchronous=NORMAL: fsync latency on a shared disk is the noisiest part of a job's cost, and

@@ -19,6 +19,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from firesafe.retries.decide import DEFAULT_MAX_LOST
 from firesafe.store.base import JobFilter
 from tests.drills.conftest import Drill, Proc, wait_until
@@ -55,6 +57,7 @@ def stop(workers: list[Proc]) -> None:
         assert w.wait(30) in (0, 1), w.stderr()[-2000:]
 
 
+@pytest.mark.alone  # a throughput ratio: measured with no other test beside it
 def test_poison_job_dies_as_worker_lost_and_the_others_keep_80_percent_of_their_throughput(drill: Drill) -> None:
     def options(queue: str) -> tuple[str, ...]:
         return ("--queues", queue, "--concurrency", str(THREADS), "--lease", LEASE, "--poll", "0.05", "--quiet")
