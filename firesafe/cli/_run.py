@@ -19,6 +19,7 @@ from firesafe.hooks import Hook
 from firesafe.idempotency.keys import check_name
 from firesafe.jobs import RESERVED
 from firesafe.masking import mask
+from firesafe.models import PRIORITY_MAX, PRIORITY_MIN
 
 log = logging.getLogger("firesafe.worker")
 
@@ -201,7 +202,8 @@ def worker(target: str, queues: str | None, concurrency: int, prefetch: int | No
 @click.option("--key", help="The job's idempotency key (default: a new unique key).")
 @click.option("--delay", type=Duration(), default=None, help="Run no sooner than this from now: 30, 30s, 10m, 2h.")
 @click.option("--queue", callback=not_empty, help="Put the job in this queue instead of the job's own.")
-@click.option("--priority", type=click.IntRange(-100, 100), default=None, metavar="-100..100",
+@click.option("--priority", type=click.IntRange(PRIORITY_MIN, PRIORITY_MAX), default=None,
+              metavar=f"{PRIORITY_MIN}..{PRIORITY_MAX}",
               help="Run before lower priorities of its queue (default: the job's own, else 0).")
 @json_option
 def enqueue(target: str, job_name: str, args_: list[Any], kwargs_: dict[str, Any], key: str | None,

@@ -67,7 +67,6 @@ class FinishParams:
     detail: str | None = None  # JSON, for the trace entry
 
 
-
 def released(claimed: Claimed, why: str) -> FinishParams:
     """The outcome that gives a claimed job back without using an attempt: it is runnable again at
     once (a worker shutting down, a job that waited too long for a thread, a limiter the store could
@@ -76,6 +75,7 @@ def released(claimed: Claimed, why: str) -> FinishParams:
     return FinishParams(job_id=job.id, token=claimed.token, seq=job.runs, state=State.SCHEDULED,
                         outcome=Outcome.INTERRUPTED, delay=0.0, given_back=1,
                         error_type="Interrupted", message=why)
+
 
 @dataclass(frozen=True)
 class Expired:
