@@ -180,6 +180,7 @@ def run_worker(opts: argparse.Namespace) -> int:
     worker = app.worker(queues, concurrency=opts.concurrency, burst=opts.burst, wait_scheduled=opts.burst,
                         grace=opts.grace, poll_interval=opts.poll, max_lost=opts.max_lost)
     worker.install_signal_handlers()
+    Path(opts.dir, f"worker-{os.getpid()}.ready").write_text("")  # SIGTERM stops it gracefully from here on
     stats = worker.run()
     app.close()
     print(json.dumps(stats.__dict__), flush=True)

@@ -50,8 +50,11 @@ class Group:
         return max((done for s, done in self.samples if s <= t), default=0)
 
 
-def stop(workers: list[Proc]) -> None:
+def stop(drill: Drill, workers: list[Proc]) -> None:
+    """SIGTERM each worker once its handlers are in (before that, SIGTERM's default kills it)."""
     for w in workers:
+        wait_until(lambda w=w: (drill.folder / f"worker-{w.pid}.ready").exists() or not w.alive(), 60,
+                   f"{w.name} to start")
         w.signal(signal.SIGTERM)
     for w in workers:
         assert w.wait(30) in (0, 1), w.stderr()[-2000:]
@@ -145,7 +148,7 @@ def test_a_thousand_dead_jobs_replayed_by_two_concurrent_callers_run_once_each(d
     # Then each job was moved by exactly one of them, and executed exactly once
     assert not moved[0] & moved[1] and moved[0] | moved[1] == set(keys)
     wait_until(lambda: drill.count(state="succeeded") == 1000, 120, "the replayed jobs to run")
-    stop(workers)
+    stop(drill, workers)
     report = drill.verify(keys, allow_dead=False)
     assert report.calls == 1000 and report.duplicates_absorbed == 0  # executed once each after the replay
     for key in keys[::50]:
