@@ -96,7 +96,7 @@ def test_poison_job_dies_as_worker_lost_and_the_others_keep_80_percent_of_their_
                     g.workers[i] = drill.worker(f"{g.queue}-w{i}-{len(g.deaths)}", *options(g.queue))
         time.sleep(0.05)
     for g in groups.values():
-        stop(g.workers)
+        stop(drill, g.workers)
 
     # Then the poison job went dead as worker_lost after exactly the documented number of losses,
     # killing a worker of its own group each time and none of the other
