@@ -31,13 +31,24 @@ log = logging.getLogger("firesafe")
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
+#: How long a reserved key's record must have been committed before its job's row may be deleted
+#: (seconds): an enqueue that began before the record existed has ended by then (see
+#: store/sql/postgres.sql, job_delete_reserved).
+RESERVE_SETTLE = 120.0
+
+
 @dataclass(frozen=True)
 class Retention:
-    """How long finished jobs are kept (their keys stay reserved until then). Seconds."""
+    """How long finished jobs are kept, in seconds: their whole history (arguments, result, trace,
+    steps) per final state, and their keys. A key stays reserved for the longer of its job's history
+    and ``keys``: once the history is pruned, a compact record (key, fingerprint, final state, a short
+    result or its digest) keeps it reserved, so a duplicate enqueue still returns the stored outcome
+    and other arguments still conflict (docs/keys.md)."""
 
-    succeeded: float = 7 * 86400
-    cancelled: float = 7 * 86400
+    succeeded: float = 86400
+    cancelled: float = 86400
     dead: float = 30 * 86400
+    keys: float = 7 * 86400
 
 
 class App:
@@ -48,6 +59,10 @@ class App:
     (docs/operations.md, "Masking secrets"). ``hooks=[...]``: :class:`firesafe.Hook` instances told
     of workers, attempts, dead letters and replays (docs/extending.md; :meth:`add_hook` adds more).
     """
+
+    #: Rows a prune deletes (or keys it records) per statement: short transactions, however much
+    #: is due.
+    PRUNE_BATCH = 1000
 
     def __init__(self, store: str | Store | None = None, *, clock: Clock | None = None, lease: float = 30.0,
                  auto_migrate: bool = True, retention: Retention | None = None, prune_interval: float = 60.0,
@@ -72,6 +87,8 @@ class App:
         self.lease = lease
         self.auto_migrate = auto_migrate
         self.retention = retention or Retention()
+        #: Per final state, the (finished_at, id) of the last job whose key :meth:`prune` recorded.
+        self._reserved_up_to: dict[State, tuple[float, int]] = {}
         self.prune_interval = prune_interval
         from firesafe.idempotency.keys import MAX_PAYLOAD_BYTES
 
@@ -258,8 +275,10 @@ class App:
 
     # -- reading and controlling -------------------------------------------------------------
     def get(self, key: str) -> Job:
-        """The job with this key, with its trace (every attempt) and events."""
-        job = self.store.job_get(check_key(key), full=True)
+        """The job with this key, with its trace (every attempt) and events; once its history was
+        pruned, the record that keeps its key reserved (``job.pruned``: no arguments or trace)."""
+        key = check_key(key)
+        job = self.store.job_get(key, full=True) or self.store.reserved_get([key]).get(key)
         if job is None:
             raise JobNotFound(key)
         return job
@@ -302,6 +321,9 @@ class App:
             raise InvalidInput("give from_step or from_scratch, not both")
         job = self.store.job_get(check_key(key))
         if job is None:
+            if self.store.reserved_get([key]):
+                raise InvalidInput(f"job {key!r} cannot be rerun: its history was pruned (only the record that "
+                                   "keeps its key reserved is left)")
             raise JobNotFound(key)
         position: int | None = 0 if from_scratch else None
         if from_step is not None:
@@ -327,17 +349,35 @@ class App:
                  "run": s.run_seq} for s in self.store.step_list(job.id)]
 
     def prune(self, leader: str | None = None) -> dict[str, int]:
-        """Delete finished jobs older than the retention; their keys become free again."""
+        """Delete the history of finished jobs older than their retention, keeping a compact record
+        of each key still within ``Retention.keys`` (its job's row goes once that record has been
+        committed for ``RESERVE_SETTLE`` seconds), and free the keys older than that. Returns the
+        jobs deleted per state and ``keys_freed``, the reserved keys freed."""
         store = self.store
         if leader is not None and not store.leader_acquire("pruner", leader, max(self.prune_interval * 2, 30)):
             return {}
+        keys = self.retention.keys
         removed = {}
         for state, age in ((State.SUCCEEDED, self.retention.succeeded), (State.CANCELLED, self.retention.cancelled),
                            (State.DEAD, self.retention.dead)):
             total = 0
-            while (n := store.job_delete_finished(state, age)) > 0:
+            if keys > age:  # keep the keys reserved past the history: records first, rows later
+                # From where the last prune of this process stopped: the jobs before it have their
+                # records (one that finished behind it keeps its row until Retention.keys, no less).
+                after = self._reserved_up_to.get(state)
+                while batch := store.job_reserve_finished(state, age, keys, after, self.PRUNE_BATCH):
+                    after = self._reserved_up_to[state] = batch[-1]
+                    if len(batch) < self.PRUNE_BATCH:
+                        break
+                while (n := store.job_delete_reserved(state, age, RESERVE_SETTLE, self.PRUNE_BATCH)) > 0:
+                    total += n
+            while (n := store.job_delete_finished(state, max(age, keys), self.PRUNE_BATCH)) > 0:
                 total += n
             removed[str(state)] = total
+        freed = 0
+        while (n := store.reserved_delete_expired(keys, self.PRUNE_BATCH)) > 0:
+            freed += n
+        removed["keys_freed"] = freed
         return removed
 
     # -- running -----------------------------------------------------------------------------

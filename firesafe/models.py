@@ -25,6 +25,9 @@ PRIORITY_MIN, PRIORITY_MAX, PRIORITY_DEFAULT = -100, 100, 0
 #: How much waiting a point of priority is worth (seconds): see :func:`claim_rank`. The migration
 #: 0016 and both dialects' job_claim write these numbers (60, and 60 x 100 for the claim's bound).
 PRIORITY_STEP = 60.0
+#: A pruned job's result is kept in its reserved key's record up to this many bytes of JSON; a
+#: longer one is kept as its SHA-256 (``Job.result_digest``).
+RESERVED_RESULT_MAX = 256
 
 
 def claim_rank(run_at: float, priority: int) -> float:
@@ -203,6 +206,12 @@ class Job:
     trace_context: str | None = None
     #: Higher runs first within its queue, a point worth a minute of waiting (:func:`claim_rank`).
     priority: int = PRIORITY_DEFAULT
+    #: The job's history (arguments, trace, steps) was pruned; what is left is its reserved key's
+    #: record: key, name, fingerprint, final state, when it finished, and its result if that was at
+    #: most ``RESERVED_RESULT_MAX`` bytes of JSON, else :attr:`result_digest` (docs/keys.md).
+    pruned: bool = False
+    #: The SHA-256 (hex) of a pruned job's result that was too long to keep; else None.
+    result_digest: str | None = None
 
     def __repr__(self) -> str:  # arguments may hold secrets: never in a repr
         return f"<Job {self.key!r} {self.name} state={self.state} attempt={self.attempt}/{self.max_attempts}>"
@@ -293,6 +302,8 @@ class Job:
         }
         if self.unreadable is not None:
             d["unreadable"] = self.unreadable
+        if self.pruned:
+            d["pruned"], d["result_digest"] = True, self.result_digest
         if with_trace:
             d["attempts"] = [a.as_dict() for a in self.attempts]
             d["waits"] = self.waits().as_dict()
@@ -316,6 +327,24 @@ class Job:
                 job.unreadable = "; ".join(filter(None, [job.unreadable, _why_unreadable("result", exc)]))
         job.error_type, job.error_message, job.reason = row["error_type"], row["error_message"], row["reason"]
         job.fingerprint = row["fingerprint"]
+        return job
+
+    @classmethod
+    def from_reserved_row(cls, row: Any) -> Job:
+        """Build from a reserved key's record (the firesafe_keys table): a finished job whose
+        history was pruned (:attr:`pruned`)."""
+        finished = datetime.fromtimestamp(row["finished_at"], UTC)
+        job = cls(id=row["id"], key=row["key"], name=row["name"], queue="", state=State(row["state"]), args=[],
+                  kwargs={}, arg_names=[], attempt=0, max_attempts=0, runs=0, deferrals=0, lost=0, run_at=None,
+                  created_at=finished, updated_at=finished, finished_at=finished, fingerprint=row["fingerprint"],
+                  pruned=True, result_digest=row["result_digest"])
+        if row["result"] is not None:
+            try:
+                value = json.loads(row["result"])
+                _check_depth(row["result"], value, MAX_DEPTH)
+                job.result = value
+            except Exception as exc:  # RecursionError, ValueError: the rest of the record still reads
+                job.unreadable = _why_unreadable("result", exc)
         return job
 
     @classmethod

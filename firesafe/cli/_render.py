@@ -133,12 +133,29 @@ def steps_of(a: Any) -> str:
     return ", ".join(f"{s.get('name')} {s.get('status')}" for s in steps if isinstance(s, dict))
 
 
+def render_pruned(out: Console, head: Table, job: Job) -> None:
+    """What is left of a job whose history was pruned: the record that keeps its key reserved."""
+    head.add_row("job", data(job.name))
+    head.add_row("state", state_text(job.state))
+    if job.result_digest is not None:
+        head.add_row("result", Text(f"too long to keep; its SHA-256: {job.result_digest}", style="dim"))
+    elif job.state == State.SUCCEEDED:
+        head.add_row("result", data(to_json(mask(job.result))))
+    head.add_row("finished", Text(when(job.finished_at)))
+    head.add_row("history", Text("pruned: its arguments, attempts and events are gone; the key stays reserved "
+                                 "(Retention.keys) and a duplicate enqueue returns this outcome", style="dim"))
+    out.print(Panel(head, title=data(f"job {job.key}"), title_align="left", expand=False))
+
+
 def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None:
     """The whole story of one job: what it is, each attempt, and what was done to it."""
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold", no_wrap=True)
     head.add_column(overflow="fold")
     head.add_row("key", data(job.key))
+    if job.pruned:
+        render_pruned(out, head, job)
+        return
     priority = f", priority {job.priority}" if job.priority else ""
     head.add_row("job", data(f"{job.name}  (queue {job.queue}{priority})"))
     state = state_text(job.state)

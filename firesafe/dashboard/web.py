@@ -427,6 +427,8 @@ class Dashboard:
 
     def _steps(self, job: Any) -> tuple[list[dict[str, Any]], str | None]:
         """Recorded steps with their status, plus steps the last attempt saw fail or restore."""
+        if job.pruned:
+            return [], "pruned with the job's history"
         try:
             recorded = self.app.steps(job.key)
         except (NotImplementedError, StoreError) as exc:

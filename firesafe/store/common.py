@@ -4,9 +4,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
+from firesafe.models import RESERVED_RESULT_MAX, Job
+from firesafe.states import State
 from firesafe.store.base import DeadFilter, Expired, JobFilter, dead_params
 from firesafe.store.driver import StorePart
 
@@ -46,6 +49,29 @@ class CoreCommon(StorePart):
 
     def leader_release(self, name: str, holder: str) -> None:
         self._execute("leader_release", {"name": name, "holder": holder})
+
+    # -- reserved keys (migrations/*/0017_reserved_keys.sql) ---------------------------------
+    def job_reserve_finished(self, state: State, older_than: float, keep_for: float,
+                             after: tuple[float, int] | None = None, limit: int = 1000) -> list[tuple[float, int]]:
+        at, id_ = after if after is not None else (-math.inf, 0)
+        with self._tx() as c:
+            rows = c.execute(self.q["job_reserve_finished"], {
+                "state": str(state), "older_than": older_than, "keep_for": keep_for, "after_at": at,
+                "after_id": id_, "limit": limit, "result_max": RESERVED_RESULT_MAX, "now": self._now()}).fetchall()
+        return sorted((r["finished_at"], r["id"]) for r in rows)
+
+    def job_delete_reserved(self, state: State, older_than: float, settle: float, limit: int = 1000) -> int:
+        return self._execute("job_delete_reserved", {"state": str(state), "older_than": older_than,
+                                                     "settle": settle, "limit": limit, "now": self._now()})
+
+    def reserved_delete_expired(self, older_than: float, limit: int = 1000) -> int:
+        return self._execute("reserved_delete_expired", {"older_than": older_than, "limit": limit,
+                                                         "now": self._now()})
+
+    def reserved_get(self, keys: Sequence[str]) -> dict[str, Job]:
+        if not keys:
+            return {}
+        return {r["key"]: Job.from_reserved_row(r) for r in self._read("reserved_by_keys", {"keys": self._list(keys)})}
 
 
 __all__ = ["CoreCommon"]

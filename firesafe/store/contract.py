@@ -175,7 +175,33 @@ class JobStore(Protocol):
         ...
 
     def job_delete_finished(self, state: State, older_than: float, limit: int = 1000) -> int:
-        """Delete jobs in a finished state that finished more than ``older_than`` seconds ago."""
+        """Delete jobs in a finished state that finished more than ``older_than`` seconds ago
+        (their keys become free)."""
+        ...
+
+    def job_reserve_finished(self, state: State, older_than: float, keep_for: float,
+                             after: tuple[float, int] | None = None, limit: int = 1000) -> list[tuple[float, int]]:
+        """Write the reserved-key record (key, fingerprint, final state, short result or its
+        digest) of up to ``limit`` jobs in ``state`` that finished more than ``older_than`` and at
+        most ``keep_for`` seconds ago and have none yet, in the order they finished after the
+        cursor ``after`` (``(finished_at, id)``). Returns the ``(finished_at, id)`` of each job
+        recorded: the last is the next cursor; fewer than ``limit`` means none are left."""
+        ...
+
+    def job_delete_reserved(self, state: State, older_than: float, settle: float, limit: int = 1000) -> int:
+        """Delete up to ``limit`` jobs in ``state`` that finished more than ``older_than`` seconds
+        ago and whose reserved-key record was written more than ``settle`` seconds ago, with their
+        history; their keys stay reserved by the records."""
+        ...
+
+    def reserved_delete_expired(self, older_than: float, limit: int = 1000) -> int:
+        """Delete up to ``limit`` reserved-key records of jobs that finished more than
+        ``older_than`` seconds ago: their keys become free."""
+        ...
+
+    def reserved_get(self, keys: Sequence[str]) -> dict[str, Job]:
+        """The reserved-key records of ``keys`` (jobs whose history was pruned), as jobs whose
+        ``pruned`` is true, by key."""
         ...
 
     def job_stats(self) -> list[tuple[str, str, int]]:

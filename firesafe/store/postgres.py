@@ -828,6 +828,10 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
             taken = [i.key for i in unique if i.key not in stored]
             for row in (yield _Statement("job_by_keys", {"keys": _text_array(taken)})):
                 stored[row["key"]] = Job.from_row(row)
+            if len(stored) < len(unique):  # reserved: their jobs' history was pruned
+                unseen = [k for k in taken if k not in stored]
+                for row in (yield _Statement("reserved_by_keys", {"keys": _text_array(unseen)})):
+                    stored[row["key"]] = Job.from_reserved_row(row)
             if len(stored) < len(unique):
                 unseen = sorted(set(taken) - set(stored))
                 raise StoreError(

@@ -8,6 +8,7 @@ open is a StoreError at every call, never writes into the unlinked file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
@@ -172,6 +173,7 @@ class SQLiteCore(CoreCommon, DashboardQueries, MovesByQuery):
                 raise StoreError(f"unknown synchronous mode {self.synchronous!r}")
             conn.execute(pragma)
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.create_function("firesafe_sha256", 1, _sha256, deterministic=True)  # job_reserve_finished
             opened = _identity(self.path)
             with self._lock:
                 if self._file is None and opened is not None:
@@ -380,6 +382,10 @@ class SQLiteCore(CoreCommon, DashboardQueries, MovesByQuery):
                 job = Job.from_row(row)
                 job.created = row["id"] > before
                 stored[job.key] = job
+            if len(stored) < len(unique):  # reserved: their jobs' history was pruned
+                unseen = json.dumps([i.key for i in unique if i.key not in stored])
+                for row in _dicts(c, Q["reserved_by_keys"], {"keys": unseen}):
+                    stored[row["key"]] = Job.from_reserved_row(row)
             check_existing(unique, stored)  # raises: the rollback drops this batch's rows
         return in_batch_order(items, stored)
 
@@ -595,3 +601,9 @@ def _statements(sql: str) -> list[str]:
     """Split a migration file into statements (none of ours contains a ';' inside a literal)."""
     body = "\n".join(line for line in sql.splitlines() if not line.strip().startswith("--"))
     return [s.strip() for s in body.split(";") if s.strip()]
+
+
+def _sha256(text: str | None) -> str | None:
+    """SQL's firesafe_sha256(text): the SHA-256 (hex) of its UTF-8, as PostgreSQL's
+    encode(sha256(convert_to(text, 'UTF8')), 'hex')."""
+    return None if text is None else hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

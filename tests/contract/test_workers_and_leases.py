@@ -174,12 +174,13 @@ def test_cancel_waiting_at_once_and_running_on_request(app: App) -> None:
 
 
 def test_prune_frees_keys_after_retention(store_url: str, clock) -> None:
-    app = App(store_url, clock=clock, retention=Retention(succeeded=60, cancelled=60, dead=600))
+    # Keys kept no longer than the history: pruning a job frees its key at once (no record).
+    app = App(store_url, clock=clock, retention=Retention(succeeded=60, cancelled=60, dead=600, keys=60))
     work = declare(app)
     work.enqueue(1, key="done")
     work.enqueue(3, key="young")
     app.work(burst=True)
-    assert app.prune() == {"succeeded": 0, "cancelled": 0, "dead": 0}
+    assert app.prune() == {"succeeded": 0, "cancelled": 0, "dead": 0, "keys_freed": 0}
     clock.advance(30)
     work.enqueue(4, key="younger")
     app.work(burst=True)

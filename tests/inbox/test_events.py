@@ -90,7 +90,7 @@ def test_a_redelivery_after_the_job_was_pruned_runs_nothing(store_url: str) -> N
     app.ingest("stripe", event_id="evt_1", type="charge.refunded", data={"amount": 5})
     app.inbox.ingest_many("stripe", [("evt_2", "charge.refunded", {"amount": 6})])
     app.work(burst=True)
-    clock.advance(app.retention.succeeded + 60)
+    clock.advance(app.retention.keys + 60)
     assert app.prune()["succeeded"] == 2 and jobs(app) == 0
     assert app.ingest("stripe", event_id="evt_1", type="charge.refunded", data={"amount": 5}) is None
     assert app.inbox.ingest_many("stripe", [("evt_2", "charge.refunded", {"amount": 6}),

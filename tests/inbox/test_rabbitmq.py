@@ -185,7 +185,7 @@ def test_a_message_redelivered_after_its_job_was_pruned_runs_nothing(store_url: 
     assert run_consumer(store_url, queue) == 0
     app = build(store_url)
     assert app.work(burst=True).succeeded == 2
-    app.retention = Retention(succeeded=0.0)
+    app.retention = Retention(succeeded=0.0, keys=0.0)
     assert app.prune()["succeeded"] == 2
     publish(queue, [*message, ("m-3", json.dumps({"order": 3}).encode())])  # the broker delivers them again
     assert run_consumer(store_url, queue) == 0

@@ -219,7 +219,7 @@ def test_a_redelivery_after_the_job_was_pruned_is_acknowledged_and_runs_nothing(
     first = github_post(base, body, "d-5")
     assert first.status_code == 200 and first.json()["created"]
     app.work(burst=True)
-    app.retention = Retention(succeeded=0.0)
+    app.retention = Retention(succeeded=0.0, keys=0.0)
     assert app.prune()["succeeded"] == 1
     again = github_post(base, body, "d-5")
     assert again.status_code == 200, again.text

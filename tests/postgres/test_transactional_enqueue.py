@@ -115,3 +115,33 @@ def test_a_connection_that_cannot_carry_the_enqueue_is_a_clear_error(app: App, c
     finally:
         conn.close()
     assert app.store.job_get("ship:o-1") is None
+
+
+def test_a_reserved_key_answers_in_the_callers_transaction(pg: Pg) -> None:
+    """A key whose job's history was pruned is answered from its record inside the caller's
+    transaction too: the same call returns the stored outcome, other arguments conflict and undo only
+    the enqueue."""
+    from firesafe import FakeClock, Retention
+    from firesafe.app import RESERVE_SETTLE
+
+    clock = FakeClock()
+    app = App(pg.url, clock=clock, retention=Retention(succeeded=60, keys=86400))
+    try:
+        ship = declare(app)
+        ship.enqueue("o-1", key="ship:o-1")
+        app.work(burst=True)
+        clock.advance(61)
+        app.prune()
+        clock.advance(RESERVE_SETTLE + 1)
+        assert app.prune()["succeeded"] == 1
+        with psycopg.connect(PG_URL) as conn:
+            conn.execute("CREATE TEMPORARY TABLE mine (n int)")
+            again = ship.enqueue("o-1", key="ship:o-1", conn=conn)
+            assert not again.created and again.pruned and again.result == "o-1"
+            with pytest.raises(IdempotencyConflict):
+                ship.enqueue("o-2", key="ship:o-1", conn=conn)
+            conn.execute("INSERT INTO mine VALUES (1)")  # the caller's transaction goes on
+            conn.commit()
+        assert app.store.job_count(JobFilter()) == 0
+    finally:
+        app.close()

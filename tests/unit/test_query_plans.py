@@ -11,7 +11,7 @@ import sqlite3
 
 import pytest
 
-from firesafe.store.sqlite import _CLAIM, Q
+from firesafe.store.sqlite import _CLAIM, Q, _sha256
 from firesafe.stores import open_store
 
 
@@ -20,6 +20,7 @@ def conn(tmp_path):
     path = tmp_path / "plans.db"
     open_store(f"sqlite:///{path}").migrate()
     c = sqlite3.connect(path)
+    c.create_function("firesafe_sha256", 1, _sha256)  # as the store's connections define it
     yield c
     c.close()
 
@@ -35,7 +36,10 @@ def plan(conn: sqlite3.Connection, sql: str) -> str:
     (_CLAIM[True], "firesafe_jobs_suspects"),
     (Q["job_delete_finished"], "firesafe_jobs_finished"),
     (Q["dash_dead_groups"], "firesafe_jobs_finished"),
-], ids=["claim", "claim suspects", "prune", "dead groups"])
+    (Q["job_reserve_finished"], "firesafe_jobs_finished"),
+    (Q["job_delete_reserved"], "firesafe_jobs_finished"),
+    (Q["reserved_delete_expired"], "firesafe_keys_finished"),
+], ids=["claim", "claim suspects", "prune", "dead groups", "reserve keys", "prune reserved", "free keys"])
 def test_query_reads_its_index(conn: sqlite3.Connection, sql: str, index: str) -> None:
     text = plan(conn, sql)
     assert f"INDEX {index}" in text, text

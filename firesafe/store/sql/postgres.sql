@@ -85,8 +85,9 @@ SELECT array_agg(nextval('{schema}.firesafe_jobs_id_seq'::regclass) ORDER BY g) 
 FROM generate_series(1, %(n)s::int) AS g;
 
 -- name: job_insert
--- Insert a batch of jobs unless their key exists (the unique key decides; the caller compares
--- fingerprints and looks up the keys that were not inserted with job_by_keys).
+-- Insert a batch of jobs unless their key exists or is reserved (the unique key decides; the caller
+-- compares fingerprints and looks up the keys that were not inserted with job_by_keys, then those
+-- still unseen with reserved_by_keys).
 -- PostgreSQL differs: a batch is one statement over arrays (array literals the store writes itself,
 -- the fastest form to build and to parse; large batches as several statements in one pipeline).
 -- RETURNING says which rows are new, with only what the database decided: the caller knows the
@@ -118,6 +119,8 @@ inserted AS (
                 %(priority)s::int[])
              AS i(id, key, name, queue, fingerprint, payload, arg_names, max_attempts, run_at, delay, trace_context,
                   priority)
+    -- A key whose job's history was pruned stays reserved by its record (0017_reserved_keys.sql).
+    WHERE NOT EXISTS (SELECT 1 FROM {schema}.firesafe_keys r WHERE r.key = i.key)
     ON CONFLICT (key) DO NOTHING
     RETURNING id, key, queue, state, run_at, created_at),
 woken AS (
@@ -128,6 +131,10 @@ SELECT j.id, j.key, j.state, j.run_at, j.created_at, (SELECT count(*) FROM woken
 -- name: job_by_keys
 -- Jobs whose key is in a list.
 SELECT * FROM {schema}.firesafe_jobs WHERE key = ANY(%(keys)s::text[]);
+
+-- name: reserved_by_keys
+-- The records of reserved keys (jobs whose history was pruned) in a list.
+SELECT * FROM {schema}.firesafe_keys WHERE key = ANY(%(keys)s::text[]);
 
 -- name: job_by_key
 -- One job by key.
@@ -480,16 +487,77 @@ SELECT
 -- generic (prepared) plan use the partial finished index, and the trace entries are deleted here
 -- (no declared reference cascades to them, see migrations/postgres/0011_attempts_unreferenced.sql).
 WITH gone AS (
-    DELETE FROM {schema}.firesafe_jobs WHERE id IN (
+    DELETE FROM {schema}.firesafe_jobs WHERE id = ANY(ARRAY(  -- see job_delete_reserved
         SELECT id FROM {schema}.firesafe_jobs
         WHERE state = %(state)s AND state IN ('succeeded', 'dead', 'cancelled')
           AND finished_at < coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
                             - %(older_than)s::float8
-        LIMIT %(limit)s)
+        LIMIT %(limit)s))
     RETURNING id),
 traced AS (
-    DELETE FROM {schema}.firesafe_attempts a USING gone g WHERE a.job_id = g.id)
+    DELETE FROM {schema}.firesafe_attempts WHERE job_id = ANY(ARRAY(SELECT id FROM gone)))
 SELECT id FROM gone;
+
+-- name: job_reserve_finished
+-- Write the record of up to :limit jobs in one finished state that finished more than :older_than
+-- and at most :keep_for seconds ago and have no record of that finish yet, in the order they finished after the cursor
+-- (:after_at, :after_id), so their keys stay reserved once their rows are deleted
+-- (job_delete_reserved); returns the (finished_at, id) of each job recorded, the next cursor. The
+-- result is kept when it is at most :result_max bytes, else its SHA-256.
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now)
+INSERT INTO {schema}.firesafe_keys (id, finished_at, reserved_at, key, name, fingerprint, state, result,
+                                    result_digest)
+SELECT j.id, j.finished_at, c.now, j.key, j.name, j.fingerprint, j.state,
+       CASE WHEN octet_length(j.result) <= %(result_max)s THEN j.result END,
+       CASE WHEN octet_length(j.result) > %(result_max)s THEN encode(sha256(convert_to(j.result, 'UTF8')), 'hex') END
+FROM {schema}.firesafe_jobs j, clock c
+WHERE j.state = %(state)s AND j.state IN ('succeeded', 'dead', 'cancelled')
+  AND j.finished_at < c.now - %(older_than)s::float8 AND j.finished_at >= c.now - %(keep_for)s::float8
+  AND (j.finished_at, j.id) > (%(after_at)s::float8, %(after_id)s::bigint)
+  AND NOT EXISTS (SELECT 1 FROM {schema}.firesafe_keys r WHERE r.key = j.key AND r.finished_at = j.finished_at)
+ORDER BY j.finished_at, j.id
+LIMIT %(limit)s
+-- A record of an earlier finish (the job was rerun meanwhile) is replaced.
+ON CONFLICT (key) DO UPDATE SET id = excluded.id, finished_at = excluded.finished_at,
+    reserved_at = excluded.reserved_at, name = excluded.name, fingerprint = excluded.fingerprint,
+    state = excluded.state, result = excluded.result, result_digest = excluded.result_digest
+RETURNING finished_at, id;
+
+-- name: job_delete_reserved
+-- Delete up to :limit jobs in one finished state that finished more than :older_than seconds ago
+-- and whose key's record (job_reserve_finished) was written more than :settle seconds ago, with
+-- their trace entries; returns one row per job deleted. The wait closes a race: an enqueue that
+-- began before the record was committed did not see it, and must not find the key free either (it
+-- would if the row were deleted at once); an enqueue runs for less than :settle.
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
+gone AS (
+    -- = ANY(ARRAY(...)): the batch's ids first, then each row by its primary key (as IN (...) the
+    -- planner hashed the batch and scanned the whole table for it).
+    DELETE FROM {schema}.firesafe_jobs WHERE id = ANY(ARRAY(
+        -- In the order they finished (the finished index), each row's record looked up by its key
+        -- (a subquery per row: as a join, the planner misjudged how many rows match and hashed
+        -- every finished job, for every batch): a batch reads about :limit rows.
+        SELECT j.id FROM {schema}.firesafe_jobs j, clock c
+        WHERE j.state = %(state)s AND j.state IN ('succeeded', 'dead', 'cancelled')
+          AND j.finished_at < c.now - %(older_than)s::float8
+          AND (SELECT r.id = j.id AND r.finished_at = j.finished_at AND r.reserved_at < c.now - %(settle)s::float8
+               FROM {schema}.firesafe_keys r WHERE r.key = j.key)
+        ORDER BY j.finished_at
+        LIMIT %(limit)s))
+    RETURNING id),
+traced AS (
+    DELETE FROM {schema}.firesafe_attempts WHERE job_id = ANY(ARRAY(SELECT id FROM gone)))
+SELECT id FROM gone;
+
+-- name: reserved_delete_expired
+-- Free the keys of up to :limit records of jobs that finished more than :older_than seconds ago.
+DELETE FROM {schema}.firesafe_keys WHERE key IN (
+    SELECT key FROM {schema}.firesafe_keys
+    WHERE finished_at < coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+                        - %(older_than)s::float8
+    ORDER BY finished_at LIMIT %(limit)s);
 
 -- name: worker_beat
 -- Record that a worker is alive.

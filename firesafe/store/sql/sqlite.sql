@@ -19,17 +19,25 @@ INSERT INTO firesafe_migrations (version, applied_at) VALUES (:version, :now);
 SELECT coalesce(max(id), 0) AS max_id FROM firesafe_jobs;
 
 -- name: job_insert
--- Insert one job unless its key exists (the unique key decides; the caller compares fingerprints).
+-- Insert one job unless its key exists or is reserved (the unique key decides; a key whose job's
+-- history was pruned stays reserved by its record, 0017_reserved_keys.sql; the caller compares
+-- fingerprints). SQLite differs: INSERT ... SELECT, whose WHERE also keeps "ON CONFLICT" from
+-- reading as a join's ON.
 INSERT INTO firesafe_jobs (key, name, queue, fingerprint, payload, arg_names, state, max_attempts,
                            run_at, created_at, updated_at, trace_context, priority)
-VALUES (:key, :name, :queue, :fingerprint, :payload, :arg_names,
-        CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 'scheduled' ELSE 'queued' END,
-        :max_attempts, coalesce(:run_at, :now + :delay), :now, :now, :trace_context, :priority)
+SELECT :key, :name, :queue, :fingerprint, :payload, :arg_names,
+       CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 'scheduled' ELSE 'queued' END,
+       :max_attempts, coalesce(:run_at, :now + :delay), :now, :now, :trace_context, :priority
+WHERE NOT EXISTS (SELECT 1 FROM firesafe_keys WHERE key = :key)
 ON CONFLICT (key) DO NOTHING;
 
 -- name: job_by_keys
 -- Jobs whose key is in a JSON list.
 SELECT * FROM firesafe_jobs WHERE key IN (SELECT value FROM json_each(:keys));
+
+-- name: reserved_by_keys
+-- The records of reserved keys (jobs whose history was pruned) in a JSON list.
+SELECT * FROM firesafe_keys WHERE key IN (SELECT value FROM json_each(:keys));
 
 -- name: job_by_key
 -- One job by key.
@@ -222,6 +230,48 @@ SELECT
 -- Delete up to :limit jobs in one finished state that finished before :before (frees their keys).
 DELETE FROM firesafe_jobs WHERE id IN (
     SELECT id FROM firesafe_jobs WHERE state = :state AND finished_at < :before LIMIT :limit);
+
+-- name: job_reserve_finished
+-- Write the record of up to :limit jobs in one finished state that finished more than :older_than
+-- and at most :keep_for seconds ago and have no record of that finish yet, in the order they finished after the cursor
+-- (:after_at, :after_id), so their keys stay reserved once their rows are deleted
+-- (job_delete_reserved); returns the (finished_at, id) of each job recorded, the next cursor. The
+-- result is kept when it is at most :result_max bytes, else its SHA-256 (firesafe_sha256: the
+-- store's connections define it).
+INSERT INTO firesafe_keys (key, id, name, fingerprint, state, finished_at, reserved_at, result, result_digest)
+SELECT j.key, j.id, j.name, j.fingerprint, j.state, j.finished_at, :now,
+       CASE WHEN length(CAST(j.result AS BLOB)) <= :result_max THEN j.result END,
+       CASE WHEN length(CAST(j.result AS BLOB)) > :result_max THEN firesafe_sha256(j.result) END
+FROM firesafe_jobs j
+WHERE j.state = :state AND j.finished_at < :now - :older_than AND j.finished_at >= :now - :keep_for
+  AND (j.finished_at > :after_at OR (j.finished_at = :after_at AND j.id > :after_id))
+  AND NOT EXISTS (SELECT 1 FROM firesafe_keys r WHERE r.key = j.key AND r.finished_at = j.finished_at)
+ORDER BY j.finished_at, j.id
+LIMIT :limit
+-- A record of an earlier finish (the job was rerun meanwhile) is replaced.
+ON CONFLICT (key) DO UPDATE SET id = excluded.id, finished_at = excluded.finished_at,
+    reserved_at = excluded.reserved_at, name = excluded.name, fingerprint = excluded.fingerprint,
+    state = excluded.state, result = excluded.result, result_digest = excluded.result_digest
+RETURNING finished_at, id;
+
+-- name: job_delete_reserved
+-- Delete up to :limit jobs in one finished state that finished more than :older_than seconds ago
+-- and whose key's record was written more than :settle seconds ago, with their trace entries (see
+-- the PostgreSQL file: the wait closes a race that SQLite's one writer at a time cannot have, kept
+-- for one behaviour on both).
+DELETE FROM firesafe_jobs WHERE id IN (
+    SELECT j.id FROM firesafe_jobs j
+    WHERE j.state = :state AND j.finished_at < :now - :older_than
+      AND EXISTS (SELECT 1 FROM firesafe_keys r
+                  WHERE r.key = j.key AND r.id = j.id AND r.finished_at = j.finished_at
+                    AND r.reserved_at < :now - :settle)
+    ORDER BY j.finished_at
+    LIMIT :limit);
+
+-- name: reserved_delete_expired
+-- Free the keys of up to :limit records of jobs that finished more than :older_than seconds ago.
+DELETE FROM firesafe_keys WHERE key IN (
+    SELECT key FROM firesafe_keys WHERE finished_at < :now - :older_than ORDER BY finished_at LIMIT :limit);
 
 -- name: worker_beat
 -- Record that a worker is alive.
