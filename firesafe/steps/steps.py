@@ -123,7 +123,7 @@ class Steps:
 
     def _begin(self, name: object, marker: bool = False) -> tuple[str, int, StepRecord | None]:
         if not isinstance(name, str) or not name or len(name) > MAX_STEP_NAME or not name.isprintable():
-            raise InvalidInput(f"a step name must be 1 to {MAX_STEP_NAME} printable characters, not {name!r}")
+            raise InvalidInput(f"a step name must be 1 to {MAX_STEP_NAME} printable characters, not {_shown(name)}")
         if not marker and is_marker(name):
             raise InvalidInput(f"step names starting with {MARKER_PREFIX!r} are reserved for ctx.patched, "
                                f"not {name!r}")
@@ -176,7 +176,8 @@ class Steps:
         """Whether this run takes the new path of the change ``change_id`` (see ``Context.patched``)."""
         if not isinstance(change_id, str) or not change_id or len(change_id) > MAX_CHANGE_ID \
                 or not change_id.isprintable():
-            raise InvalidInput(f"a change id must be 1 to {MAX_CHANGE_ID} printable characters, not {change_id!r}")
+            raise InvalidInput(f"a change id must be 1 to {MAX_CHANGE_ID} printable characters, "
+                               f"not {_shown(change_id)}")
         known = self._patches.get(change_id)
         if known is not None:  # asked again in this run: the same answer, no second place
             return known
@@ -256,6 +257,20 @@ class Steps:
             self.log.append({"name": name, "status": "restored"})
         if until > now:
             raise DurableSleep(until - now, reason=f"durable sleep {name!r} until {until:.3f}")
+
+
+def _shown(value: object) -> str:
+    """A name given where a step's or a change's name goes, for an error message: its ``repr`` cut
+    short (a name may be huge), or its type for what is not a string.
+
+    >>> _shown("x" * 100)[-8:], _shown(3)
+    ('xxxxx...', 'an int')
+    """
+    if not isinstance(value, str):
+        kind = type(value).__name__
+        return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
 
 
 def _why_unstorable(value: Any) -> str:

@@ -247,12 +247,24 @@ def test_a_step_may_not_take_a_markers_name(app: App) -> None:
 
 
 def test_a_bad_change_id_or_policy_is_one_clear_line(app: App) -> None:
-    @app.job(max_attempts=1)
-    def j(ctx) -> None:
-        ctx.patched("")
+    bad = {"empty": "", "nul": "v2\x00", "surrogate": "v2\ud800", "huge": "v" * 100_000, "number": 2}
+    asked: list[str] = []
 
-    j.enqueue(key="k")
+    @app.job(max_attempts=1)
+    def j(ctx, which: str) -> None:
+        asked.append(which)
+        ctx.patched(bad[which])
+
+    for which in bad:
+        j.enqueue(which, key=which)
+    j.enqueue("empty", key="twin")  # fails only itself, as its neighbours do
     app.work(burst=True)
-    assert "a change id must be 1 to 194 printable characters, not ''" in app.get("k").error_message
+    messages = {k: app.get(k).error_message for k in [*bad, "twin"]}
+    assert sorted(asked) == sorted([*bad, "empty"])
+    assert all(app.get(k).state == State.DEAD and app.get(k).error_type == "InvalidInput" for k in messages)
+    assert messages["empty"] == "a change id must be 1 to 194 printable characters, not ''"
+    assert messages["nul"].endswith("not 'v2\\x00'") and messages["surrogate"].endswith("not 'v2\\ud800'")
+    assert messages["huge"].endswith("vvv...") and len(messages["huge"]) < 200
+    assert messages["number"].endswith("not an int")
     with pytest.raises(ConfigError, match=r"^job 'x': on_divergence must be one of 'dead', 'rerun', not 'retry'$"):
         app.job(name="x", on_divergence="retry")(lambda ctx: None)
