@@ -116,6 +116,7 @@ class Steps:
         self._token = token
         self._recorded: dict[int, StepRecord] | None = None  # by the position each was recorded at
         self._names: dict[int, str] = {}  # the recorded name at each recorded position
+        self._where: dict[str, int] = {}  # the recorded position of each recorded name
         self._on_divergence = on_divergence
         self._patches: dict[str, bool] = {}  # the answer of each version marker met in this run
         self._seen: list[str] = []
@@ -139,6 +140,8 @@ class Steps:
         rec = self._recorded.get(position) if self._recorded is not None else None
         if rec is not None and rec.name == name:
             return name, position, rec
+        if rec is None and name not in self._where:  # a step the recorded run does not have: no question
+            return name, position, None
         differs = divergence(names, position, name)
         if differs is None:
             return name, position, None
@@ -157,6 +160,7 @@ class Steps:
         if self._recorded is None:
             self._recorded = {r.position: r for r in self._store.step_list(self._job_id)}
             self._names = {p: r.name for p, r in self._recorded.items()}
+            self._where = {r.name: p for p, r in self._recorded.items()}
         return self._names
 
     def _rerun_from(self, differs: Divergence) -> None:
@@ -171,6 +175,7 @@ class Steps:
         assert self._recorded is not None
         self._recorded = {p: r for p, r in self._recorded.items() if p < differs.forget_from}
         self._names = {p: r.name for p, r in self._recorded.items()}
+        self._where = {r.name: p for p, r in self._recorded.items()}
 
     def patched(self, change_id: object) -> bool:
         """Whether this run takes the new path of the change ``change_id`` (see ``Context.patched``)."""
