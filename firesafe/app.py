@@ -22,6 +22,7 @@ from firesafe.models import Job
 from firesafe.retries.backoff import Backoff
 from firesafe.retries.decide import DEFAULT_MAX_DEFERRALS
 from firesafe.states import State
+from firesafe.steps.versions import DIVERGENCE_POLICIES
 from firesafe.store import Store, check_schema, resolve_url
 from firesafe.store.base import JobFilter
 from firesafe.stores import open_store
@@ -155,20 +156,20 @@ class App:
             max_attempts: int = 5, backoff: Backoff | None = None, timeout: float | None = None,
             give_up_on: Iterable[type[BaseException]] = (), max_deferrals: int = DEFAULT_MAX_DEFERRALS,
             limiter: str | None = None, limiters: Sequence[str] | None = None,
-            alert: Any = None, priority: int = 0) -> JobDef[_P, _R]: ...
+            alert: Any = None, priority: int = 0, on_divergence: str = "dead") -> JobDef[_P, _R]: ...
     @overload
     def job(self, fn: None = None, *, name: str | None = None, queue: str = "default",
             max_attempts: int = 5, backoff: Backoff | None = None, timeout: float | None = None,
             give_up_on: Iterable[type[BaseException]] = (), max_deferrals: int = DEFAULT_MAX_DEFERRALS,
             limiter: str | None = None, limiters: Sequence[str] | None = None,
-            alert: Any = None,
-            priority: int = 0) -> Callable[[Callable[Concatenate[Any, _P], _R]], JobDef[_P, _R]]: ...
+            alert: Any = None, priority: int = 0,
+            on_divergence: str = "dead") -> Callable[[Callable[Concatenate[Any, _P], _R]], JobDef[_P, _R]]: ...
 
     def job(self, fn: Callable[..., Any] | None = None, *, name: str | None = None, queue: str = "default",
             max_attempts: int = 5, backoff: Backoff | None = None, timeout: float | None = None,
             give_up_on: Iterable[type[BaseException]] = (), max_deferrals: int = DEFAULT_MAX_DEFERRALS,
             limiter: str | None = None, limiters: Sequence[str] | None = None, alert: Any = None,
-            priority: int = 0) -> Any:
+            priority: int = 0, on_divergence: str = "dead") -> Any:
         """Declare a job. Use as ``@app.job`` or ``@app.job(max_attempts=..., queue=...)``.
 
         Defaults: 5 attempts, ``Backoff()`` (1 s doubling, capped at 300 s, full jitter), no timeout.
@@ -176,10 +177,17 @@ class App:
         ``alert``: an ``AlertPolicy`` (or a severity, or ``"mute"``) for the job's alerts (docs/alerts.md).
         ``priority``: -100 to 100, higher first within the queue; an enqueue may give its own with
         ``options(priority=...)`` (docs/priorities.md).
+        ``on_divergence``: where a run's steps differ from the recorded run's (the code changed under
+        it), ``"dead"`` fails it with NonDeterminism; ``"rerun"`` forgets the recorded steps from the
+        first difference on, records a ``divergence`` event and runs the new code from there
+        (docs/steps.md, "Deploys that change running work").
         """
 
         def register(f: Callable[..., Any]) -> JobDef:
             job_name = name or f.__name__
+            if not isinstance(on_divergence, str) or on_divergence not in DIVERGENCE_POLICIES:
+                raise ConfigError(f"job {job_name!r}: on_divergence must be one of "
+                                  f"{', '.join(map(repr, DIVERGENCE_POLICIES))}, not {on_divergence!r}")
             if job_name in self.jobs:
                 raise ConfigError(f"a job named {job_name!r} is already declared")
             jd = JobDef(self, f, name=job_name, queue=queue, max_attempts=max_attempts,
@@ -189,6 +197,7 @@ class App:
                 from firesafe.limits.api import job_limiters
 
                 jd.limiters = job_limiters(job_name, limiter, limiters)
+            jd.on_divergence = on_divergence
             if alert is not None:
                 from firesafe.alerts.policy import AlertPolicy
 

@@ -50,8 +50,9 @@ class Context:
     """Passed to every job function as ``ctx``."""
 
     def __init__(self, job: JobInfo, store: Any = None, app: Any = None, is_async: bool = False,
-                 attempt: Attempt | None = None) -> None:
+                 attempt: Attempt | None = None, on_divergence: str = "dead") -> None:
         self.job = job
+        self._on_divergence = on_divergence  # the job's policy where its steps differ from the recorded run
         self._store = store
         self._app = app
         self._attempt = attempt if attempt is not None else Attempt()
@@ -67,6 +68,14 @@ class Context:
         if self._is_async:
             return steps.arun(name, fn, args, kwargs)
         return steps.run(name, fn, args, kwargs)
+
+    def patched(self, change_id: str) -> bool:
+        """Whether this run takes the new path of a code change: ``if ctx.patched("v2-refund"):``
+        new steps ``else:`` old steps. New runs take the new path; a run recorded before the change
+        keeps the old one where it had already gone past this point, so its recorded steps still line
+        up. The answer is recorded (as the step ``patch:CHANGE_ID``) and is the same on every later
+        attempt. A plain method, also in ``async def`` jobs (no ``await``). See docs/steps.md."""
+        return self._need_steps().patched(change_id)
 
     def idempotency_key(self, name: str) -> str:
         """A key for step ``name`` that is the same on every attempt of this job (<= 255 chars),
@@ -114,7 +123,8 @@ class Context:
                 raise RuntimeError("this ctx has no store: steps only work inside a worker")
             from firesafe.worker.pool import run_coroutine  # the worker package imports this module
 
-            self._steps = Steps(self._store, self.job.id, self.job.token, lambda coro: run_coroutine(coro, None))
+            self._steps = Steps(self._store, self.job.id, self.job.token, lambda coro: run_coroutine(coro, None),
+                                on_divergence=self._on_divergence)
             self._attempt.steps_log = self._steps.log
         return self._steps
 

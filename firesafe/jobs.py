@@ -116,6 +116,9 @@ class JobDef(Generic[P, R]):
 
     #: The limiters every attempt of this job runs under (``@app.job(limiter=...)``).
     limiters: tuple[str, ...] = ()
+    #: What a run does where its steps differ from the recorded run's (``@app.job(on_divergence=...)``):
+    #: ``dead`` (NonDeterminism) or ``rerun`` (forget the recorded steps from there, run the new code).
+    on_divergence: str = "dead"
     #: Who hears of this job's failures (``@app.job(alert=...)``): None is the default policy, every
     #: dead letter a ``critical`` alert. See :class:`firesafe.alerts.policy.AlertPolicy`.
     alert: Any = None

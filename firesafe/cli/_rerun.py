@@ -24,6 +24,10 @@ def rerun(key: str, from_step: str | None, from_scratch: bool, actor: str | None
     renewed, the history kept, and a `rerun` event records who asked (--actor, else
     $FIRESAFE_ACTOR, else user@host) and why (--reason). A worker runs it.
 
+    A job dead with NonDeterminism met other steps than it recorded (its code changed): resuming
+    fails the same way, so rerun it --from-step (the first step that differs) or --from-scratch.
+    A job declared on_divergence="rerun" does that by itself (docs/steps.md).
+
     \b
     Examples:
       firesafe rerun agent:42                    # resume from the last completed step

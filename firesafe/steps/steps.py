@@ -21,6 +21,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from firesafe.errors import InvalidInput, Permanent, RetryAfter, UnstorableValue
 from firesafe.idempotency.keys import canonical_json
 from firesafe.idempotency.keys import step_key as step_key  # re-exported: ctx.idempotency_key uses it
+from firesafe.steps.versions import (
+    MARKER_PREFIX,
+    Divergence,
+    decide_patch,
+    divergence,
+    is_marker,
+    marker_name,
+    removed_markers,
+)
 
 if TYPE_CHECKING:
     from firesafe.store.base import StepRecord
@@ -28,6 +37,8 @@ if TYPE_CHECKING:
 
 MAX_STEP_RESULT = 1024 * 1024
 MAX_STEP_NAME = 200
+#: The longest change id of ``ctx.patched``: its marker is recorded as a step named ``patch:ID``.
+MAX_CHANGE_ID = MAX_STEP_NAME - len(MARKER_PREFIX)
 #: The mark :func:`repeatable` puts on a step's function.
 REPEATABLE = "__firesafe_repeatable__"
 
@@ -97,42 +108,101 @@ class Steps:
     """The step record of one attempt (``ctx.step`` and ``ctx.sleep`` use it)."""
 
     def __init__(self, store: Store, job_id: int, token: str,
-                 run_coroutine: Callable[[Any], Any] | None = None) -> None:
+                 run_coroutine: Callable[[Any], Any] | None = None, on_divergence: str = "dead") -> None:
         self._store = store
         #: runs an async step's coroutine to its result (the worker's: on the pool thread's own loop)
         self._run_coroutine = run_coroutine or _run_alone
         self._job_id = job_id
         self._token = token
         self._recorded: dict[int, StepRecord] | None = None  # by the position each was recorded at
-        self._positions: dict[str, int] = {}  # the recorded position of each recorded name
+        self._names: dict[int, str] = {}  # the recorded name at each recorded position
+        self._where: dict[str, int] = {}  # the recorded position of each recorded name
+        self._on_divergence = on_divergence
+        self._patches: dict[str, bool] = {}  # the answer of each version marker met in this run
         self._seen: list[str] = []
         self.log: list[dict[str, Any]] = []
 
-    def _begin(self, name: object) -> tuple[str, int, StepRecord | None]:
+    def _begin(self, name: object, marker: bool = False) -> tuple[str, int, StepRecord | None]:
         if not isinstance(name, str) or not name or len(name) > MAX_STEP_NAME or not name.isprintable():
-            raise InvalidInput(f"a step name must be 1 to {MAX_STEP_NAME} printable characters, not {name!r}")
+            raise InvalidInput(f"a step name must be 1 to {MAX_STEP_NAME} printable characters, not {_shown(name)}")
+        if not marker and is_marker(name):
+            raise InvalidInput(f"step names starting with {MARKER_PREFIX!r} are reserved for ctx.patched, "
+                               f"not {name!r}")
         if name in self._seen:
             raise DuplicateStep(f"step {name!r} was already used in this run; step names must be unique")
-        if self._recorded is None:
-            self._recorded = {r.position: r for r in self._store.step_list(self._job_id)}
-            self._positions = {r.name: r.position for r in self._recorded.values()}
+        names = self._load()
+        for passed in removed_markers(names, len(self._seen), name):
+            self._seen.append(passed)  # the code no longer asks: the run took the only path left
+            self.log.append({"name": passed, "status": "restored"})
         position = len(self._seen)
         self._seen.append(name)
         # A step that failed left no record, so recorded positions may have gaps: compare by position.
-        rec = self._recorded.get(position)
+        rec = self._recorded.get(position) if self._recorded is not None else None
         if rec is not None and rec.name == name:
             return name, position, rec
-        if rec is not None:
-            where = f"{rec.name!r} in the recorded run"
-        elif name in self._positions:  # recorded at another place: running it again would repeat it
-            where = f"step {self._positions[name] + 1} in the recorded run"
-        else:
+        if rec is None and name not in self._where:  # a step the recorded run does not have: no question
             return name, position, None
-        recorded = [r.name for _, r in sorted(self._recorded.items())]
+        differs = divergence(names, position, name)
+        if differs is None:
+            return name, position, None
+        if self._on_divergence == "rerun":
+            self._rerun_from(differs)
+            return name, position, None
+        recorded = [n for _, n in sorted(names.items())]
         raise NonDeterminism(
-            f"step {position + 1} is {name!r} in this run but {where}; recorded: {recorded}, "
-            f"this run: {self._seen}. The job's code changed its steps: rerun it --from-step or --from-scratch"
+            f"{differs.describe()}; recorded: {recorded}, this run: {self._seen}. The job's code changed its "
+            "steps: rerun it --from-step or --from-scratch (or guard the change with ctx.patched, or declare "
+            "the job with on_divergence='rerun')"
         )
+
+    def _load(self) -> dict[int, str]:
+        """The recorded run (read once per attempt): the name recorded at each position."""
+        if self._recorded is None:
+            self._recorded = {r.position: r for r in self._store.step_list(self._job_id)}
+            self._names = {p: r.name for p, r in self._recorded.items()}
+            self._where = {r.name: p for p, r in self._recorded.items()}
+        return self._names
+
+    def _rerun_from(self, differs: Divergence) -> None:
+        """Forget the recorded steps from the first difference on (fenced, with an event in the job's
+        trace), so the new code runs from there; the steps before it stay restored."""
+        detail = {"message": differs.describe(), "step": differs.step, "position": differs.position + 1,
+                  "recorded": differs.recorded_there, "from_position": differs.forget_from + 1,
+                  "forgotten": list(differs.forgotten)}
+        if self._store.step_forget_from(self._job_id, self._token, differs.forget_from, detail) is None:
+            raise LeaseLost(f"step {differs.step!r} differs from the recorded run, and this attempt lost its "
+                            "lease before the recorded steps could be forgotten")
+        assert self._recorded is not None
+        self._recorded = {p: r for p, r in self._recorded.items() if p < differs.forget_from}
+        self._names = {p: r.name for p, r in self._recorded.items()}
+        self._where = {r.name: p for p, r in self._recorded.items()}
+
+    def patched(self, change_id: object) -> bool:
+        """Whether this run takes the new path of the change ``change_id`` (see ``Context.patched``)."""
+        if not isinstance(change_id, str) or not change_id or len(change_id) > MAX_CHANGE_ID \
+                or not change_id.isprintable():
+            raise InvalidInput(f"a change id must be 1 to {MAX_CHANGE_ID} printable characters, "
+                               f"not {_shown(change_id)}")
+        known = self._patches.get(change_id)
+        if known is not None:  # asked again in this run: the same answer, no second place
+            return known
+        marker = marker_name(change_id)
+        names = self._load()
+        if marker in self._seen:  # passed over as a removed marker: the run recorded it
+            answer = True
+        else:
+            position = len(self._seen) + len(removed_markers(names, len(self._seen), marker))
+            answer = decide_patch(names, position, marker) != "old"
+            if answer:
+                name, position, rec = self._begin(marker, marker=True)
+                if rec is None:
+                    self._record(name, position, True)
+                else:
+                    self._restored(name, rec)
+            else:
+                self.log.append({"name": marker, "status": "old-path"})
+        self._patches[change_id] = answer
+        return answer
 
     def _record(self, name: str, position: int, value: Any) -> Any:
         try:
@@ -192,6 +262,20 @@ class Steps:
             self.log.append({"name": name, "status": "restored"})
         if until > now:
             raise DurableSleep(until - now, reason=f"durable sleep {name!r} until {until:.3f}")
+
+
+def _shown(value: object) -> str:
+    """A name given where a step's or a change's name goes, for an error message: its ``repr`` cut
+    short (a name may be huge), or its type for what is not a string.
+
+    >>> _shown("x" * 100)[-8:], _shown(3)
+    ('xxxxx...', 'an int')
+    """
+    if not isinstance(value, str):
+        kind = type(value).__name__
+        return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
 
 
 def _why_unstorable(value: Any) -> str:

@@ -18,6 +18,13 @@ class StepsPart(StorePart):
         return [StepRecord(r["name"], r["position"], r["result"], r["run_seq"], r["recorded_at"])
                 for r in self._read("step_list", {"job_id": job_id})]
 
+    def step_forget_from(self, job_id: int, token: str, position: int, detail: dict[str, Any]) -> int | None:
+        with self._tx() as c:
+            if c.execute(self.q["step_divergence_event"], {"job_id": job_id, "token": token, "now": self._now(),
+                                                           "detail": json.dumps(detail)}).rowcount != 1:
+                return None  # the lease is gone: the transaction ends with nothing written
+            return int(c.execute(self.q["step_delete_from"], {"job_id": job_id, "position": position}).rowcount)
+
     def job_rerun(self, job_id: int, actor: str, from_position: int | None, reason: str | None = None) -> bool:
         now = self._now()
         with self._tx() as c:

@@ -291,6 +291,13 @@ class StepStore(Protocol):
         or the step was recorded already."""
         ...
 
+    def step_forget_from(self, job_id: int, token: str, position: int, detail: dict[str, Any]) -> int | None:
+        """Forget a job's recorded steps at ``position`` and after, from inside its running attempt
+        (the run's code differs from the recorded run there), and record a ``divergence`` event with
+        ``detail`` in the same transaction. Returns how many were forgotten; None (nothing changed)
+        if the attempt no longer holds the job's lease."""
+        ...
+
     def job_rerun(self, job_id: int, actor: str, from_position: int | None, reason: str | None = None) -> bool:
         """Requeue a dead, cancelled or succeeded job, forgetting its steps from ``from_position``
         on (None: keep every step, so it resumes); records a ``rerun`` event. False if it is not

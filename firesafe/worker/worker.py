@@ -498,7 +498,7 @@ class Worker:
         attempt = Attempt()
         ctx = Context(JobInfo(job.key, job.name, job.queue, job.attempt, job.max_attempts, job.runs, job.id,
                               claimed.token), store=self.store, app=self.app, is_async=jobdef.is_async,
-                      attempt=attempt)
+                      attempt=attempt, on_divergence=jobdef.on_divergence)
         # Sync attempts end by the loop's deadline; async ones are cancelled by their own event loop at
         # the timeout, and the loop's deadline, a little later, ends one that blocks its event loop
         # (time.sleep, a busy loop) and so cannot be cancelled.

@@ -15,8 +15,18 @@ FROM (SELECT id, runs FROM {schema}.firesafe_jobs
       WHERE id = %(job_id)s AND lease_token = %(token)s FOR SHARE) j
 ON CONFLICT (job_id, name) DO NOTHING;
 
+-- name: step_divergence_event
+-- Record that a running attempt's code differs from its recorded steps (it forgets them from there),
+-- only while the attempt still holds the job's lease (fencing): no row written, nothing forgotten.
+-- PostgreSQL differs: FOR SHARE holds the job row until the forgetting commits, so no rescue slips in.
+INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
+SELECT id, coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8), 'divergence', 'worker',
+       %(detail)s
+FROM (SELECT id FROM {schema}.firesafe_jobs
+      WHERE id = %(job_id)s AND state = 'running' AND lease_token = %(token)s FOR SHARE) j;
+
 -- name: step_delete_from
--- Forget the steps at or after a position (rerun --from-step), or all of them.
+-- Forget the steps at or after a position (rerun --from-step, a divergence rerun), or all of them.
 DELETE FROM {schema}.firesafe_steps WHERE job_id = %(job_id)s AND position >= %(position)s;
 
 -- name: job_rerun

@@ -10,8 +10,15 @@ SELECT id, :name, :position, :result, runs, :now FROM firesafe_jobs
 WHERE id = :job_id AND state = 'running' AND lease_token = :token
 ON CONFLICT (job_id, name) DO NOTHING;
 
+-- name: step_divergence_event
+-- Record that a running attempt's code differs from its recorded steps (it forgets them from there),
+-- only while the attempt still holds the job's lease (fencing): no row written, nothing forgotten.
+INSERT INTO firesafe_events (job_id, at, kind, actor, detail)
+SELECT id, :now, 'divergence', 'worker', :detail FROM firesafe_jobs
+WHERE id = :job_id AND state = 'running' AND lease_token = :token;
+
 -- name: step_delete_from
--- Forget the steps at or after a position (rerun --from-step), or all of them.
+-- Forget the steps at or after a position (rerun --from-step, a divergence rerun), or all of them.
 DELETE FROM firesafe_steps WHERE job_id = :job_id AND position >= :position;
 
 -- name: job_rerun
