@@ -11,7 +11,8 @@ Each state says what it means and what moves a job out of it:
     An attempt holds the lease. The attempt's end moves it to ``succeeded``, ``scheduled`` (retry or
     deferral), ``dead`` or ``cancelled``; an expired lease is rescued to ``scheduled`` or ``dead``.
 ``succeeded``
-    Done; the result is kept until the retention prunes the row (and frees its key). Only a
+    Done; the result is kept until the retention prunes the row (its key stays reserved by a
+    compact record until ``Retention.keys``). Only a
     deliberate rerun (``firesafe rerun``, a backfill with ``--rerun all``) moves it to ``queued``.
 ``dead``
     In the dead-letter queue: retries exhausted, a permanent error, lost too often or unknown job.

@@ -119,8 +119,9 @@ inserted AS (
                 %(priority)s::int[])
              AS i(id, key, name, queue, fingerprint, payload, arg_names, max_attempts, run_at, delay, trace_context,
                   priority)
-    -- A key whose job's history was pruned stays reserved by its record (0017_reserved_keys.sql).
-    WHERE NOT EXISTS (SELECT 1 FROM {schema}.firesafe_keys r WHERE r.key = i.key)
+    -- A key whose job's history was pruned stays reserved by its record (0017_reserved_keys.sql):
+    -- looked up per row by its key (a subquery, never a join that could read every record).
+    WHERE (SELECT true FROM {schema}.firesafe_keys r WHERE r.key = i.key) IS NULL
     ON CONFLICT (key) DO NOTHING
     RETURNING id, key, queue, state, run_at, created_at),
 woken AS (
@@ -515,7 +516,9 @@ FROM {schema}.firesafe_jobs j, clock c
 WHERE j.state = %(state)s AND j.state IN ('succeeded', 'dead', 'cancelled')
   AND j.finished_at < c.now - %(older_than)s::float8 AND j.finished_at >= c.now - %(keep_for)s::float8
   AND (j.finished_at, j.id) > (%(after_at)s::float8, %(after_id)s::bigint)
-  AND NOT EXISTS (SELECT 1 FROM {schema}.firesafe_keys r WHERE r.key = j.key AND r.finished_at = j.finished_at)
+  -- A subquery per row, by the record's key (as NOT EXISTS the planner merged on finished_at and
+  -- read every record, for every batch).
+  AND (SELECT r.finished_at FROM {schema}.firesafe_keys r WHERE r.key = j.key) IS DISTINCT FROM j.finished_at
 ORDER BY j.finished_at, j.id
 LIMIT %(limit)s
 -- A record of an earlier finish (the job was rerun meanwhile) is replaced.
