@@ -234,3 +234,38 @@ def test_the_dashboard_shows_a_pruned_job_without_actions(kept: App, clock) -> N
     html = page_of(kept, f"/job?key={quote('gone/dead')}")
     assert 'id="job-pruned"' in html and "History pruned" in html
     assert 'id="replay-button"' not in html and 'id="discard-button"' not in html  # nothing left to replay
+
+
+def test_two_prunes_at_once_record_each_key_once(store_url: str, clock) -> None:
+    """Two processes prune at the same time (a worker's and `app.prune()`): every key gets one
+    record, every row is deleted once, and neither fails."""
+    import threading
+
+    apps = [App(store_url, clock=clock, retention=Retention(succeeded=HOUR, keys=24 * HOUR)) for _ in range(2)]
+    try:
+        echo, _ = declare(apps[0])
+        echo.enqueue_many([{"args": [i], "key": f"k{i}"} for i in range(2500)])
+        apps[0].work(burst=True, concurrency=16)
+        clock.advance(HOUR + 1)
+        results: list[dict[str, int]] = []
+        errors: list[BaseException] = []
+
+        def prune(app: App) -> None:
+            try:
+                results.append(app.prune())
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        for _ in range(2):  # records, then (once settled) rows
+            threads = [threading.Thread(target=prune, args=(a,)) for a in apps]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            clock.advance(RESERVE_SETTLE + 1)
+        assert not errors, errors
+        assert sum(r["succeeded"] for r in results) == 2500 and _rows(apps[0]) == 0
+        assert len(apps[0].store.reserved_get([f"k{i}" for i in range(2500)])) == 2500
+    finally:
+        for a in apps:
+            a.close()

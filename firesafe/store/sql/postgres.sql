@@ -521,10 +521,12 @@ WHERE j.state = %(state)s AND j.state IN ('succeeded', 'dead', 'cancelled')
   AND (SELECT r.finished_at FROM {schema}.firesafe_keys r WHERE r.key = j.key) IS DISTINCT FROM j.finished_at
 ORDER BY j.finished_at, j.id
 LIMIT %(limit)s
--- A record of an earlier finish (the job was rerun meanwhile) is replaced.
+-- A record of an earlier finish (the job was rerun meanwhile) is replaced; one of this finish
+-- (written by another prune meanwhile) is left as it is, and not returned.
 ON CONFLICT (key) DO UPDATE SET id = excluded.id, finished_at = excluded.finished_at,
     reserved_at = excluded.reserved_at, name = excluded.name, fingerprint = excluded.fingerprint,
     state = excluded.state, result = excluded.result, result_digest = excluded.result_digest
+WHERE firesafe_keys.finished_at <> excluded.finished_at
 RETURNING finished_at, id;
 
 -- name: job_delete_reserved

@@ -248,10 +248,12 @@ WHERE j.state = :state AND j.finished_at < :now - :older_than AND j.finished_at 
   AND NOT EXISTS (SELECT 1 FROM firesafe_keys r WHERE r.key = j.key AND r.finished_at = j.finished_at)
 ORDER BY j.finished_at, j.id
 LIMIT :limit
--- A record of an earlier finish (the job was rerun meanwhile) is replaced.
+-- A record of an earlier finish (the job was rerun meanwhile) is replaced; one of this finish
+-- (written by another prune meanwhile) is left as it is, and not returned.
 ON CONFLICT (key) DO UPDATE SET id = excluded.id, finished_at = excluded.finished_at,
     reserved_at = excluded.reserved_at, name = excluded.name, fingerprint = excluded.fingerprint,
     state = excluded.state, result = excluded.result, result_digest = excluded.result_digest
+WHERE firesafe_keys.finished_at <> excluded.finished_at
 RETURNING finished_at, id;
 
 -- name: job_delete_reserved
