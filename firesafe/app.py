@@ -88,8 +88,8 @@ class App:
         self.lease = lease
         self.auto_migrate = auto_migrate
         self.retention = retention or Retention()
-        #: Per final state, the (finished_at, id) of the last job whose key :meth:`prune` recorded.
-        self._reserved_up_to: dict[State, tuple[float, int]] = {}
+        #: Per final state, when the last job whose key :meth:`prune` recorded finished.
+        self._reserved_up_to: dict[State, float] = {}
         self.prune_interval = prune_interval
         from firesafe.idempotency.keys import MAX_PAYLOAD_BYTES
 
@@ -375,7 +375,7 @@ class App:
                 # records (one that finished behind it keeps its row until Retention.keys, no less).
                 after = self._reserved_up_to.get(state)
                 while batch := store.job_reserve_finished(state, age, keys, after, self.PRUNE_BATCH):
-                    after = self._reserved_up_to[state] = batch[-1]
+                    after = self._reserved_up_to[state] = batch[-1][0]
                     if len(batch) < self.PRUNE_BATCH:
                         break
                 while (n := store.job_delete_reserved(state, age, RESERVE_SETTLE, self.PRUNE_BATCH)) > 0:

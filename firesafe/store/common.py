@@ -52,12 +52,12 @@ class CoreCommon(StorePart):
 
     # -- reserved keys (migrations/*/0017_reserved_keys.sql) ---------------------------------
     def job_reserve_finished(self, state: State, older_than: float, keep_for: float,
-                             after: tuple[float, int] | None = None, limit: int = 1000) -> list[tuple[float, int]]:
-        at, id_ = after if after is not None else (-math.inf, 0)
+                             after: float | None = None, limit: int = 1000) -> list[tuple[float, int]]:
         with self._tx() as c:
             rows = c.execute(self.q["job_reserve_finished"], {
-                "state": str(state), "older_than": older_than, "keep_for": keep_for, "after_at": at,
-                "after_id": id_, "limit": limit, "result_max": RESERVED_RESULT_MAX, "now": self._now()}).fetchall()
+                "state": str(state), "older_than": older_than, "keep_for": keep_for,
+                "after_at": -math.inf if after is None else after, "limit": limit,
+                "result_max": RESERVED_RESULT_MAX, "now": self._now()}).fetchall()
         return sorted((r["finished_at"], r["id"]) for r in rows)
 
     def job_delete_reserved(self, state: State, older_than: float, settle: float, limit: int = 1000) -> int:

@@ -180,12 +180,13 @@ class JobStore(Protocol):
         ...
 
     def job_reserve_finished(self, state: State, older_than: float, keep_for: float,
-                             after: tuple[float, int] | None = None, limit: int = 1000) -> list[tuple[float, int]]:
+                             after: float | None = None, limit: int = 1000) -> list[tuple[float, int]]:
         """Write the reserved-key record (key, fingerprint, final state, short result or its
         digest) of up to ``limit`` jobs in ``state`` that finished more than ``older_than`` and at
-        most ``keep_for`` seconds ago and have none yet, in the order they finished after the
-        cursor ``after`` (``(finished_at, id)``). Returns the ``(finished_at, id)`` of each job
-        recorded: the last is the next cursor; fewer than ``limit`` means none are left."""
+        most ``keep_for`` seconds ago and have no record of that finish yet, in the order they
+        finished, from ``after`` (a finish time) on. Returns the ``(finished_at, id)`` of each job
+        recorded, in order: the last finish time is where the next batch starts; fewer than
+        ``limit`` means none are left."""
         ...
 
     def job_delete_reserved(self, state: State, older_than: float, settle: float, limit: int = 1000) -> int:

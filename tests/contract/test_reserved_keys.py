@@ -137,7 +137,7 @@ def test_reserving_walks_every_finished_job_once_by_its_cursor(kept: App, clock)
     while batch := store.job_reserve_finished(State.SUCCEEDED, HOUR, 24 * HOUR, after, limit=3):
         assert len(batch) <= 3
         seen += batch
-        after = batch[-1]
+        after = batch[-1][0]
     assert len(seen) == 7 and seen == sorted(seen) and len({i for _, i in seen}) == 7
     # Recorded keys are not recorded again; a job older than the keys' window gets no record.
     assert store.job_reserve_finished(State.SUCCEEDED, HOUR, 24 * HOUR) == []

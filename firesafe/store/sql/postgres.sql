@@ -501,25 +501,29 @@ SELECT id FROM gone;
 
 -- name: job_reserve_finished
 -- Write the record of up to :limit jobs in one finished state that finished more than :older_than
--- and at most :keep_for seconds ago and have no record of that finish yet, in the order they finished after the cursor
--- (:after_at, :after_id), so their keys stay reserved once their rows are deleted
--- (job_delete_reserved); returns the (finished_at, id) of each job recorded, the next cursor. The
--- result is kept when it is at most :result_max bytes, else its SHA-256.
-WITH clock AS MATERIALIZED (
-    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now)
+-- and at most :keep_for seconds ago and have no record of that finish yet, in the order they
+-- finished from :after_at on, so their keys stay reserved once their rows are deleted
+-- (job_delete_reserved); returns the (finished_at, id) of each job recorded: the last finish is
+-- where the next batch starts (jobs that finished at once share it; those recorded already are
+-- passed over). The result is kept when it is at most :result_max bytes, else its SHA-256.
+-- The order is the finished index's own, so a batch reads about :limit rows and sorts none; the
+-- cut-offs read the statement's clock (stable, so the index can use them).
 INSERT INTO {schema}.firesafe_keys (id, finished_at, reserved_at, key, name, fingerprint, state, result,
                                     result_digest)
-SELECT j.id, j.finished_at, c.now, j.key, j.name, j.fingerprint, j.state,
+SELECT j.id, j.finished_at, coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8),
+       j.key, j.name, j.fingerprint, j.state,
        CASE WHEN octet_length(j.result) <= %(result_max)s THEN j.result END,
        CASE WHEN octet_length(j.result) > %(result_max)s THEN encode(sha256(convert_to(j.result, 'UTF8')), 'hex') END
-FROM {schema}.firesafe_jobs j, clock c
+FROM {schema}.firesafe_jobs j
 WHERE j.state = %(state)s AND j.state IN ('succeeded', 'dead', 'cancelled')
-  AND j.finished_at < c.now - %(older_than)s::float8 AND j.finished_at >= c.now - %(keep_for)s::float8
-  AND (j.finished_at, j.id) > (%(after_at)s::float8, %(after_id)s::bigint)
+  AND j.finished_at < coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8)
+                      - %(older_than)s::float8
+  AND j.finished_at >= greatest(coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8)
+                                - %(keep_for)s::float8, %(after_at)s::float8)
   -- A subquery per row, by the record's key (as NOT EXISTS the planner merged on finished_at and
   -- read every record, for every batch).
   AND (SELECT r.finished_at FROM {schema}.firesafe_keys r WHERE r.key = j.key) IS DISTINCT FROM j.finished_at
-ORDER BY j.finished_at, j.id
+ORDER BY j.finished_at
 LIMIT %(limit)s
 -- A record of an earlier finish (the job was rerun meanwhile) is replaced; one of this finish
 -- (written by another prune meanwhile) is left as it is, and not returned.

@@ -233,9 +233,9 @@ DELETE FROM firesafe_jobs WHERE id IN (
 
 -- name: job_reserve_finished
 -- Write the record of up to :limit jobs in one finished state that finished more than :older_than
--- and at most :keep_for seconds ago and have no record of that finish yet, in the order they finished after the cursor
--- (:after_at, :after_id), so their keys stay reserved once their rows are deleted
--- (job_delete_reserved); returns the (finished_at, id) of each job recorded, the next cursor. The
+-- and at most :keep_for seconds ago and have no record of that finish yet, in the order they
+-- finished from :after_at on (see the PostgreSQL file), so their keys stay reserved once their
+-- rows are deleted (job_delete_reserved); returns the (finished_at, id) of each job recorded. The
 -- result is kept when it is at most :result_max bytes, else its SHA-256 (firesafe_sha256: the
 -- store's connections define it).
 INSERT INTO firesafe_keys (key, id, name, fingerprint, state, finished_at, reserved_at, result, result_digest)
@@ -243,10 +243,9 @@ SELECT j.key, j.id, j.name, j.fingerprint, j.state, j.finished_at, :now,
        CASE WHEN length(CAST(j.result AS BLOB)) <= :result_max THEN j.result END,
        CASE WHEN length(CAST(j.result AS BLOB)) > :result_max THEN firesafe_sha256(j.result) END
 FROM firesafe_jobs j
-WHERE j.state = :state AND j.finished_at < :now - :older_than AND j.finished_at >= :now - :keep_for
-  AND (j.finished_at > :after_at OR (j.finished_at = :after_at AND j.id > :after_id))
+WHERE j.state = :state AND j.finished_at < :now - :older_than AND j.finished_at >= max(:now - :keep_for, :after_at)
   AND NOT EXISTS (SELECT 1 FROM firesafe_keys r WHERE r.key = j.key AND r.finished_at = j.finished_at)
-ORDER BY j.finished_at, j.id
+ORDER BY j.finished_at
 LIMIT :limit
 -- A record of an earlier finish (the job was rerun meanwhile) is replaced; one of this finish
 -- (written by another prune meanwhile) is left as it is, and not returned.
