@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from firesafe.errors import InvalidInput, Permanent, RetryAfter, UnstorableValue
 from firesafe.idempotency.keys import canonical_json
 from firesafe.idempotency.keys import step_key as step_key  # re-exported: ctx.idempotency_key uses it
+from firesafe.signals.signals import SignalTimeout, wait_outcome, wait_step_name
 
 if TYPE_CHECKING:
     from firesafe.store.base import StepRecord
@@ -86,6 +87,15 @@ class LeaseLost(Exception):
 
 class DurableSleep(RetryAfter):
     """Raised by ``ctx.sleep``: the job is put back and resumes after the wait (no worker held)."""
+
+
+class SignalWait(DurableSleep):
+    """Raised by ``ctx.wait_for_signal`` while the signal has not come: the job is parked until the
+    wait's deadline, and made due at once when the signal is sent (no worker held)."""
+
+
+#: ``ctx.wait_for_signal``'s ``default`` when none is given: the wait raises SignalTimeout instead.
+NO_DEFAULT: Any = object()
 
 
 def _run_alone(awaitable: Any) -> Any:
@@ -192,6 +202,35 @@ class Steps:
             self.log.append({"name": name, "status": "restored"})
         if until > now:
             raise DurableSleep(until - now, reason=f"durable sleep {name!r} until {until:.3f}")
+
+
+    def wait_for_signal(self, name: str, timeout: float, default: Any = NO_DEFAULT) -> Any:
+        """The data of signal ``name`` sent to this job; parks the job (``SignalWait``) until it is
+        sent or ``timeout`` seconds after the wait began, then returns ``default`` or raises
+        ``SignalTimeout``. The wait is the step ``signal:NAME`` holding its deadline, so every later
+        run of the job gets the same answer: the signal if it was sent by the deadline, else none."""
+        label, position, rec = self._begin(wait_step_name(name))
+        now = self._store.now()
+        if rec is None:
+            until = now + timeout
+            self._record(label, position, {"signal": name, "until": until})
+            self.log.pop()
+        else:
+            until = float(json.loads(rec.result or "{}").get("until", now))
+        signal = self._store.signal_get(self._job_id, name)
+        outcome = wait_outcome(until, signal.sent_at if signal else None, now)
+        entry: dict[str, Any] = {"name": label, "status": outcome if outcome != "wait" else "waiting"}
+        if outcome == "signal" and signal is not None:
+            self.log.append({**entry, "status": "signal", "by": signal.actor})
+            return json.loads(signal.data)
+        if outcome == "timeout":
+            self.log.append({**entry, "status": "timed_out"})
+            if default is not NO_DEFAULT:
+                return default
+            raise SignalTimeout(f"no signal {name!r} came within the wait's timeout (until {until:.3f}); "
+                                f"send it, then rerun the job --from-step {label}")
+        self.log.append(entry)
+        raise SignalWait(until - now, reason=f"waiting for signal {name!r} until {until:.3f}")
 
 
 def _why_unstorable(value: Any) -> str:
