@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from firesafe.clock import to_datetime
 from firesafe.errors import InvalidInput, Permanent, RetryAfter, UnstorableValue
 from firesafe.idempotency.keys import canonical_json
 from firesafe.idempotency.keys import step_key as step_key  # re-exported: ctx.idempotency_key uses it
@@ -227,10 +228,10 @@ class Steps:
             self.log.append({**entry, "status": "timed_out"})
             if default is not NO_DEFAULT:
                 return default
-            raise SignalTimeout(f"no signal {name!r} came within the wait's timeout (until {until:.3f}); "
-                                f"send it, then rerun the job --from-step {label}")
+            raise SignalTimeout(f"no signal {name!r} came within the wait's timeout (until "
+                                f"{to_datetime(until).isoformat()}); send it, then rerun the job --from-step {label}")
         self.log.append(entry)
-        raise SignalWait(until - now, reason=f"waiting for signal {name!r} until {until:.3f}")
+        raise SignalWait(until - now, reason=f"waiting for signal {name!r} until {to_datetime(until).isoformat()}")
 
 
 def _why_unstorable(value: Any) -> str:
