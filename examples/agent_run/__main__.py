@@ -161,8 +161,9 @@ def story(app: Any, research_agent: Any, data: Path, env: dict[str, str], bill_p
     resumed = job.trace[1].detail.get("steps", [])
     check([s["name"] for s in resumed if s["status"] == "restored"] == [f"turn-{t}" for t in range(long_turn)],
           f"attempt 2 restored turns 0 to {long_turn - 1} from their records")
-    check([s["name"] for s in resumed if s["status"] == "ran"]
-          == [f"turn-{t}" for t in range(long_turn, len(script))], f"attempt 2 ran turns {long_turn} to {len(script) - 1}")
+    ran_turns = [f"turn-{t}" for t in range(long_turn, len(script))]
+    check([s["name"] for s in resumed if s["status"] == "ran"] == ran_turns,
+          f"attempt 2 ran turns {long_turn} to {len(script) - 1}")
     last = job.trace[-1].detail.get("steps", [])
     check([s["status"] for s in last][-2:] == ["signal", "ran"] and job.result["refund"]["status"] == "refunded",
           "after the approval it restored every turn, got the signal's data and issued the refund once")
