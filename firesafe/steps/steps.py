@@ -212,26 +212,38 @@ class Steps:
         run of the job gets the same answer: the signal if it was sent by the deadline, else none."""
         label, position, rec = self._begin(wait_step_name(name))
         now = self._store.now()
-        if rec is None:
+        if rec is None:  # the wait begins: its deadline is recorded before the signal is looked for
             until = now + timeout
             self._record(label, position, {"signal": name, "until": until})
-            self.log.pop()
+            self.log.pop()  # the log says how the wait ended, below
         else:
-            until = float(json.loads(rec.result or "{}").get("until", now))
+            until = _deadline(label, rec)
         signal = self._store.signal_get(self._job_id, name)
-        outcome = wait_outcome(until, signal.sent_at if signal else None, now)
-        entry: dict[str, Any] = {"name": label, "status": outcome if outcome != "wait" else "waiting"}
+        outcome = wait_outcome(until, signal.sent_at if signal is not None else None, now)
         if outcome == "signal" and signal is not None:
-            self.log.append({**entry, "status": "signal", "by": signal.actor})
+            self.log.append({"name": label, "status": "signal", "by": signal.actor})
             return json.loads(signal.data)
+        when = to_datetime(until).isoformat()
         if outcome == "timeout":
-            self.log.append({**entry, "status": "timed_out"})
+            self.log.append({"name": label, "status": "timed_out"})
             if default is not NO_DEFAULT:
                 return default
-            raise SignalTimeout(f"no signal {name!r} came within the wait's timeout (until "
-                                f"{to_datetime(until).isoformat()}); send it, then rerun the job --from-step {label}")
-        self.log.append(entry)
-        raise SignalWait(until - now, reason=f"waiting for signal {name!r} until {to_datetime(until).isoformat()}")
+            raise SignalTimeout(f"no signal {name!r} came within the wait's timeout (until {when}); "
+                                f"send it, then rerun the job --from-step {label}")
+        self.log.append({"name": label, "status": "waiting"})
+        raise SignalWait(until - now, reason=f"waiting for signal {name!r} until {when}")
+
+
+def _deadline(label: str, rec: StepRecord) -> float:
+    """The deadline a wait recorded; NonDeterminism if ``ctx.step`` recorded that name instead."""
+    try:
+        until = json.loads(rec.result or "null").get("until")
+    except (ValueError, AttributeError):
+        until = None
+    if isinstance(until, bool) or not isinstance(until, (int, float)):
+        raise NonDeterminism(f"step {label!r} was recorded by ctx.step, not by a wait for a signal; "
+                             "rerun it --from-step or --from-scratch")
+    return float(until)
 
 
 def _why_unstorable(value: Any) -> str:
