@@ -22,6 +22,7 @@ from firesafe.hooks import AttemptEnded, AttemptStarted, Hook, JobDead, JobsRepl
 from firesafe.masking import Mask
 from firesafe.models import Attempt, Event, Job
 from firesafe.retries.backoff import Backoff
+from firesafe.signals import SignalConflict, SignalTimeout
 from firesafe.states import Outcome, State
 from firesafe.version import __version__
 
@@ -50,6 +51,8 @@ __all__ = [
     "Permanent",
     "Retention",
     "RetryAfter",
+    "SignalConflict",
+    "SignalTimeout",
     "State",
     "StoreError",
     "__version__",

@@ -21,6 +21,7 @@ from firesafe.masking import extend as extend_mask
 from firesafe.models import Job
 from firesafe.retries.backoff import Backoff
 from firesafe.retries.decide import DEFAULT_MAX_DEFERRALS
+from firesafe.signals import SignalRecord, SignalSent
 from firesafe.states import State
 from firesafe.steps.versions import DIVERGENCE_POLICIES
 from firesafe.store import Store, check_schema, resolve_url
@@ -348,6 +349,33 @@ class App:
         self.wake_workers()
         self._replayed([job.key], who, why, "rerun")
         return self.get(key)
+
+    def signal(self, key: str, name: str, data: Any = None, *, actor: str | None = None,
+               reason: str | None = None) -> SignalSent:
+        """Send signal ``name`` with JSON ``data`` to the job ``key`` (see ``ctx.wait_for_signal``).
+
+        The signal is kept once per job and name: sent before the job waits, it answers the wait
+        when it comes; sent while the job is parked waiting for it, the job is due at once. The
+        same signal sent again is delivered once (the result's ``sent`` is False); with other data
+        it raises :class:`~firesafe.signals.SignalConflict`. A ``signal_sent`` event records
+        ``actor`` (default ``$FIRESAFE_ACTOR``, else user@host) and ``reason``. An unknown key
+        raises :class:`JobNotFound`; a finished job, :class:`InvalidInput`.
+        """
+        from firesafe.deadletters.audit import actor_of, reason_of
+        from firesafe.signals import check_signal_name, signal_data_json
+
+        sent = self.store.signal_send(check_key(key), check_signal_name(name), signal_data_json(data),
+                                      actor_of(actor), reason_of(reason))
+        if sent.woke:
+            self.wake_workers()
+        return sent
+
+    def signals(self, key: str) -> list[SignalRecord]:
+        """The signals sent to a job, oldest first."""
+        job = self.store.job_get(check_key(key))
+        if job is None:
+            raise JobNotFound(key)
+        return self.store.signal_list(job.id)
 
     def steps(self, key: str) -> list[dict[str, Any]]:
         """The recorded steps of a job: name, position, result, and the run that recorded it."""

@@ -11,7 +11,8 @@ from typing import Any
 from firesafe.clock import to_timestamp
 from firesafe.errors import InvalidInput, check_wait
 from firesafe.masking import mask
-from firesafe.steps.steps import Steps, step_key
+from firesafe.signals.signals import DEFAULT_SIGNAL_TIMEOUT, check_signal_name
+from firesafe.steps.steps import NO_DEFAULT, Steps, step_key
 
 log = logging.getLogger("firesafe.job")
 
@@ -104,6 +105,24 @@ class Context:
         until = to_timestamp(when)
         check_wait(max(0.0, until - self._store.now()), "ctx.sleep_until")
         return self._sleep(until, name)
+
+    def wait_for_signal(self, name: str, timeout: float | None = None, default: Any = NO_DEFAULT) -> Any:
+        """Wait, durably and without holding a worker, for signal ``name`` sent to this job
+        (``app.signal(key, name, data)``, ``firesafe signal``, the dashboard), and return its JSON
+        data. A signal sent before the job waits is kept and returned at once. Until it comes the
+        job is parked and resumes here when it is sent; after ``timeout`` seconds (default 30 days)
+        it returns ``default`` if given, else raises :class:`~firesafe.signals.SignalTimeout`
+        (permanent). Recorded like a step named ``signal:NAME``: a later run gets the same answer.
+        ``await`` it in async jobs."""
+        steps = self._need_steps()
+        name = check_signal_name(name)
+        wait = DEFAULT_SIGNAL_TIMEOUT if timeout is None else check_wait(timeout, "ctx.wait_for_signal's timeout")
+        if self._is_async:
+            async def later() -> Any:
+                return steps.wait_for_signal(name, wait, default)
+
+            return later()
+        return steps.wait_for_signal(name, wait, default)
 
     def _sleep(self, until: float, name: str | None) -> Any:
         steps = self._need_steps()

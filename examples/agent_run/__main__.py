@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 KEY = "agent:weekly-refunds"
+#: What finance sends when it approves the refund above the limit.
+APPROVAL = {"approved": True, "note": "finance: ok, the order was returned"}
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -105,17 +107,35 @@ def story(app: Any, research_agent: Any, data: Path, env: dict[str, str], bill_p
     print("\n4. A new worker starts; once the lease expires it rescues the job and resumes it")
     started = time.monotonic()
     second = start_worker(data, env, 2, "--burst", "--wait-scheduled")
+    deadline = time.monotonic() + 60
+    while not waiting_for_approval(app):
+        if second.poll() is not None or time.monotonic() > deadline:
+            raise StoryFailed(f"the run never waited for the approval (see {data / 'worker-2.log'})")
+        time.sleep(0.05)
+    job = app.get(KEY)
+    print(f"   the answer is in after {time.monotonic() - started:.1f}s; it finds a refund above the limit, so the run")
+    print(f"   now waits for a person's approval: the job is {job.state!s}, parked until the approval's")
+    print("   deadline, holding no worker (ctx.wait_for_signal)")
+
+    print("\n5. Finance approves it from the command line (or the dashboard's approve form)")
+    signal_cmd = ["signal", KEY, "approval", "--data", json.dumps(APPROVAL), "--actor", "finance@example.com",
+                  "--reason", "refund o-91 checked against the order"]
+    print(f"   firesafe {' '.join(signal_cmd[:4])} '{signal_cmd[4]}' --actor {signal_cmd[6]} ...")
+    sent = subprocess.run([sys.executable, "-m", "firesafe", *signal_cmd], cwd=ROOT, env=env, capture_output=True,
+                          text=True, check=False)
+    print(f"   {sent.stdout.strip() or sent.stderr.strip()}")
+    check(sent.returncode == 0, "the signal was sent to the waiting run")
     if second.wait(timeout=60) != 0:
         raise StoryFailed(f"worker 2 failed (see {data / 'worker-2.log'})")
     print(f"   worker 2 finished in {time.monotonic() - started:.1f}s")
 
     job = app.get(KEY)
-    print(f"\n5. The trace of {KEY}: each attempt, and the turns it restored or ran (job.trace[n].detail)")
+    print(f"\n6. The trace of {KEY}: each attempt, and the turns it restored or ran (job.trace[n].detail)")
     print(f"   {'attempt':<8}{'outcome':<11}{'worker pid':<12}{'turns restored':<24}turns run")
     for a in job.trace:
         steps = a.detail.get("steps", [])
         restored = [s["name"] for s in steps if s["status"] == "restored"]
-        ran = [s["name"] for s in steps if s["status"] == "ran"]
+        ran = [s["name"] for s in steps if s["status"] in ("ran", "signal", "waiting")]
         pid = (a.worker or "?").split(":")[1] if a.worker and ":" in a.worker else "?"
         print(f"   {a.seq:<8}{a.outcome or '':<11}{pid:<12}{span(restored):<24}{span(ran)}")
     print(f"   result: {job.result}")
@@ -126,22 +146,28 @@ def story(app: Any, research_agent: Any, data: Path, env: dict[str, str], bill_p
     spent = sum(e["prompt"] + e["completion"] for e in answers)
     restored_turns = [e for e in answers if e["turn"] < long_turn]
     saved = sum(e["prompt"] + e["completion"] for e in restored_turns)
-    print("\n6. The model's bill")
+    print("\n7. The model's bill")
     print(f"   calls started: {len(starts)}, answered: {len(answers)}, tokens billed: {spent}")
     print(f"   resuming saved {len(restored_turns)} model calls and {saved} tokens "
           f"({100 * saved / spent:.0f}% of the run) that a from-scratch retry would have paid again")
 
-    print("\n7. What the story claims")
+    print("\n8. What the story claims")
     check(job.state == "succeeded", "the run succeeded")
-    check(job.result == {"answer": script[-1], "turns": len(script)},
+    check({k: job.result[k] for k in ("answer", "turns")} == {"answer": script[-1], "turns": len(script)},
           f"its answer is the one an uninterrupted run gives, after {len(script)} turns")
-    check([a.outcome for a in job.trace] == ["lost", "succeeded"],
-          "attempt 1 was recorded as lost (its worker was killed), attempt 2 succeeded")
-    last = job.trace[-1].detail.get("steps", [])
-    check([s["name"] for s in last if s["status"] == "restored"] == [f"turn-{t}" for t in range(long_turn)],
+    check([a.outcome for a in job.trace] == ["lost", "deferred", "succeeded"],
+          "attempt 1 was recorded as lost (its worker was killed); attempt 2 waited for the approval "
+          "(a wait, not an attempt) and then succeeded")
+    resumed = job.trace[1].detail.get("steps", [])
+    check([s["name"] for s in resumed if s["status"] == "restored"] == [f"turn-{t}" for t in range(long_turn)],
           f"attempt 2 restored turns 0 to {long_turn - 1} from their records")
-    check([s["name"] for s in last if s["status"] == "ran"] == [f"turn-{t}" for t in range(long_turn, len(script))],
+    ran_turns = [f"turn-{t}" for t in range(long_turn, len(script))]
+    check([s["name"] for s in resumed if s["status"] == "ran"] == ran_turns,
           f"attempt 2 ran turns {long_turn} to {len(script) - 1}")
+    last = job.trace[-1].detail.get("steps", [])
+    check([s["status"] for s in last][-2:] == ["signal", "ran"] and job.result["refund"]["status"] == "refunded",
+          "after the approval it restored every turn, got the signal's data and issued the refund once")
+    check(job.attempt == 2, "two attempts were used, the lost one and the one that finished: the wait used none")
     check(sorted(e["turn"] for e in answers) == list(range(len(script))),
           "the model answered every turn exactly once")
     check([e["turn"] for e in starts].count(long_turn) == 2,
@@ -149,12 +175,20 @@ def story(app: Any, research_agent: Any, data: Path, env: dict[str, str], bill_p
     return 0
 
 
+def waiting_for_approval(app: Any) -> bool:
+    """Whether the run is parked on its wait for the approval signal."""
+    job = app.get(KEY)
+    steps = job.trace[-1].detail.get("steps", []) if job.trace else []
+    return job.state == "scheduled" and any(s["name"] == "signal:approval" and s["status"] == "waiting"
+                                            for s in steps)
+
+
 def span(names: list[str]) -> str:
-    """turn-0 .. turn-4 -> 'turn 0-4'."""
-    if not names:
-        return "-"
-    nums = [n.split("-")[1] for n in names]
-    return f"turn {nums[0]}" if len(nums) == 1 else f"turns {nums[0]}-{nums[-1]}"
+    """turn-0 .. turn-4 -> 'turn 0-4'; other steps (the approval, the refund) by name after them."""
+    turns = [n.split("-")[1] for n in names if n.startswith("turn-")]
+    others = [n for n in names if not n.startswith("turn-")]
+    shown = [] if not turns else [f"turn {turns[0]}" if len(turns) == 1 else f"turns {turns[0]}-{turns[-1]}"]
+    return ", ".join(shown + others) or "-"
 
 
 if __name__ == "__main__":

@@ -62,14 +62,37 @@ async def call_model(history: list[dict[str, str]]) -> dict[str, Any]:
     return {"text": text, "tokens": used, "done": text.startswith("ANSWER:")}
 
 
+#: Refunds above this amount wait for a person's approval (a durable signal) before they are issued.
+REFUND_LIMIT = 500
+#: The refund above the limit that the answer finds (the one that "needs approval from finance").
+ABOVE_LIMIT = {"order": "o-91", "amount": 1200}
+#: How long the run waits for the approval before it gives up (SignalTimeout, a dead letter).
+APPROVAL_TIMEOUT = 3600
+
+
+def issue_refund(refund: dict[str, Any], approval: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
+    """The payment provider's refund (fake): called with the step's idempotency key, as a real one would be."""
+    return {**refund, "status": "refunded", "approved_by": approval.get("note"), "key": idempotency_key}
+
+
 @app.job(max_attempts=3, backoff=Backoff(base=0.2, cap=1.0))
 async def research_agent(ctx, question: str) -> dict[str, Any]:
     """Each turn is a durable step: a later attempt gets the recorded replies back without calling
-    the model again, and carries on from the first turn that has no record."""
+    the model again, and carries on from the first turn that has no record. The refund above the
+    limit waits, holding no worker, for a person's approval (``firesafe signal KEY approval``)."""
     history = [{"role": "user", "content": question}]
     for turn in range(MAX_TURNS):
         reply = await ctx.step(f"turn-{turn}", call_model, history)
         history.append({"role": "assistant", "content": reply["text"]})
         if reply["done"]:
-            return {"answer": reply["text"], "turns": turn + 1}
+            result: dict[str, Any] = {"answer": reply["text"], "turns": turn + 1}
+            if ABOVE_LIMIT["amount"] > REFUND_LIMIT:
+                approval = await ctx.wait_for_signal("approval", timeout=APPROVAL_TIMEOUT,
+                                                     default={"approved": False, "note": "no answer in time"})
+                if approval.get("approved") is True:
+                    key = ctx.idempotency_key("refund-o-91")
+                    result["refund"] = await ctx.step("refund-o-91", issue_refund, ABOVE_LIMIT, approval, key)
+                else:
+                    result["refund"] = {**ABOVE_LIMIT, "status": "declined", "note": approval.get("note")}
+            return result
     raise Permanent(f"no answer after {MAX_TURNS} turns")

@@ -236,14 +236,14 @@ class PointInTime(click.ParamType):
 
 
 class JSONValue(click.ParamType):
-    """A JSON text that must decode to a list or to an object."""
+    """A JSON text that must decode to a list or to an object (``object``: any JSON value)."""
 
     def __init__(self, kind: type) -> None:
         self.kind = kind
-        self.name = "json-list" if kind is list else "json-object"
+        self.name = "json-list" if kind is list else "json-object" if kind is dict else "json"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, self.kind):
+        if isinstance(value, self.kind) and not isinstance(value, str):  # a default given decoded
             return value
         try:
             decoded = json.loads(value)

@@ -15,9 +15,11 @@ from rich.table import Table
 from rich.text import Text
 
 from firesafe.cli._common import data, plain
+from firesafe.clock import to_datetime
 from firesafe.masking import mask, mask_text
 from firesafe.models import Attempt, Job, Waits
 from firesafe.sanitize import safe_str
+from firesafe.signals import SignalRecord
 from firesafe.states import State
 
 STATE_STYLE = {
@@ -238,6 +240,23 @@ def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None
                            data(mask_text(why) if isinstance(why, str) else "-"),
                            data(to_json(mask(rest)) if rest else ""))
         out.print(events)
+
+
+def signal_dict(s: SignalRecord) -> dict[str, Any]:
+    """A signal sent to a job, for --json: its data masked as a job's result is."""
+    return {"name": s.name, "data": mask(s.value()), "actor": s.actor, "reason": s.reason,
+            "sent_at": to_datetime(s.sent_at).isoformat()}
+
+
+def signals_table(signals: Sequence[SignalRecord]) -> Table:
+    """The signals sent to a job (``firesafe signal``, ``app.signal``, the dashboard)."""
+    table = Table(title="signals", title_justify="left")
+    for name in ("sent at", "signal", "by", "why", "data"):
+        table.add_column(name, overflow="fold")
+    for s in signals:
+        table.add_row(when(to_datetime(s.sent_at)), data(s.name), data(s.actor),
+                      data(mask_text(s.reason) if s.reason else "-"), data(to_json(mask(s.value()))))
+    return table
 
 
 def waits_table(waits: Waits) -> Table:

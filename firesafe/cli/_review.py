@@ -18,7 +18,15 @@ from firesafe.cli._common import (
     store_option,
     store_url_of,
 )
-from firesafe.cli._render import jobs_table, masked_job_dict, render_job, stats_data, stats_table
+from firesafe.cli._render import (
+    jobs_table,
+    masked_job_dict,
+    render_job,
+    signal_dict,
+    signals_table,
+    stats_data,
+    stats_table,
+)
 from firesafe.deadletters.audit import actor_of, reason_of
 from firesafe.states import State
 from firesafe.store.base import JobFilter
@@ -84,10 +92,14 @@ def show(key: str, full_tracebacks: bool, as_json: bool, store_url: str | None) 
     """
     app = open_app(store_url)
     job = app.get(key)
+    signals = app.signals(key)
     if as_json:
-        echo_json(masked_job_dict(job))
+        echo_json({**masked_job_dict(job), "signals": [signal_dict(s) for s in signals]})
         return
-    render_job(console(), job, full_tracebacks=full_tracebacks)
+    out = console()
+    render_job(out, job, full_tracebacks=full_tracebacks)
+    if signals:
+        out.print(signals_table(signals))
 
 
 @click.command("jobs")

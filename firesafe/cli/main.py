@@ -25,6 +25,7 @@ from firesafe.cli._rerun import rerun
 from firesafe.cli._review import cancel, jobs_cmd, migrate, show, stats
 from firesafe.cli._run import enqueue, worker
 from firesafe.cli._schedules import backfill, schedules
+from firesafe.cli._signal import signal
 from firesafe.errors import FiresafeError
 from firesafe.masking import check as check_masking
 from firesafe.masking import mask_text
@@ -65,11 +66,12 @@ def cli() -> None:
       firesafe show refund:o-1
       firesafe jobs --state dead
       firesafe dlq replay --job refund --dry-run
+      firesafe signal refund:o-9 approval --data '{"approved": true}'
     """
 
 
 for command in (worker, enqueue, migrate, show, jobs_cmd, stats, cancel, dlq, dashboard, alerts, schedules,
-                backfill, rerun, serve, consume, events, limiters, drill, audit):
+                backfill, rerun, signal, serve, consume, events, limiters, drill, audit):
     cli.add_command(command)
 
 

@@ -19,14 +19,14 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequen
 from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
 import jinja2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -51,6 +51,7 @@ from firesafe.errors import FiresafeError, InvalidInput, JobNotFound, StoreError
 from firesafe.idempotency.keys import check_key, check_name
 from firesafe.masking import mask, mask_text, redact_url
 from firesafe.sanitize import for_log
+from firesafe.signals.signals import WAIT_PREFIX
 from firesafe.states import State
 from firesafe.store import check_schema
 from firesafe.store.base import DeadFilter, JobFilter
@@ -76,6 +77,8 @@ COOKIE = "firesafe_csrf"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: Largest form body accepted (a selection of MAX_SELECTION keys fits).
 MAX_BODY = 1024 * 1024
+#: The longest note an approve / reject form sends with its signal, in characters.
+MAX_NOTE = 2000
 #: Minutes shown by the throughput and failure-rate charts, one bucket per minute.
 CHART_MINUTES = 60
 TRACE_LIMIT = 200  # attempts shown on a job page (the newest)
@@ -416,14 +419,59 @@ class Dashboard:
         waits = job.waits()
         failure = job.last_failure
         steps, steps_note = self._steps(job)
+        signals, awaited = self._signals(job)
         d = job.as_dict(with_trace=False)
         return self.render(
-            request, "job.html", page="jobs", job=job, now=self.app.store.now(),
+            request, "job.html", page="jobs", job=job, now=self.app.store.now(), signals=signals, awaited=awaited,
             arguments=job.masked_arguments(), result=mask(job.result), trace=list(reversed(trace)),
             hidden_attempts=len(attempts) - len(trace), steps=steps, steps_note=steps_note,
             events=list(reversed(job.events)), created=d["created_at"],
             waits=waits, shown_waits=list(reversed(waits.items[-WAITS_SHOWN:])),
             last_error=(failure[0], mask_text(failure[1])) if failure else None)
+
+    def _signals(self, job: Any) -> tuple[list[dict[str, Any]], list[str]]:
+        """The signals sent to the job (masked), and the names of those it waits for and has not got:
+        a wait recorded (the step ``signal:NAME``) whose deadline has not passed, in a job not finished."""
+        store = self.app.store
+        sent = store.signal_list(job.id)
+        signals = [{"name": x.name, "data": mask(x.value()), "actor": x.actor, "reason": x.reason,
+                    "sent_at": x.sent_at} for x in sent]
+        if job.state not in (State.QUEUED, State.SCHEDULED, State.RUNNING):
+            return signals, []
+        now, got = store.now(), {x.name for x in sent}
+        awaited = []
+        for step in store.step_list(job.id):
+            if not step.name.startswith(WAIT_PREFIX) or step.name[len(WAIT_PREFIX):] in got:
+                continue
+            try:
+                until = json.loads(step.result or "{}").get("until")
+            except ValueError:
+                continue
+            if isinstance(until, (int, float)) and until > now:
+                awaited.append(step.name[len(WAIT_PREFIX):])
+        return signals, awaited
+
+    def signal(self, request: Request) -> Response:
+        """The approve / reject form of a job waiting for a signal: sends the signal with data
+        ``{"approved": true|false, "note": ...}``, recorded as the dashboard's user, then shows the job."""
+        form = request.state.form
+
+        def one(name: str) -> str:
+            values = form.get(name) or [""]
+            return values[0].strip()
+
+        key, name, decision, note = check_key(one("key")), one("signal"), one("decision"), one("note")
+        if decision not in ("approve", "reject"):
+            raise InvalidInput("decision must be approve or reject")
+        if len(note) > MAX_NOTE:
+            raise InvalidInput(f"the note is {len(note)} characters; at most {MAX_NOTE}")
+        actor = self.actor(request)
+        sent = self.app.signal(key, name, {"approved": decision == "approve", "note": note}, actor=actor,
+                               reason=note or None)
+        log.info("dashboard: signal %s to %s (%s) by %s%s", for_log(name), for_log(key), decision, for_log(actor),
+                 "" if sent.sent else ", sent already")
+        base = request.scope.get("root_path", "").rstrip("/")
+        return RedirectResponse(f"{base}/job?key={quote(key, safe='')}", status_code=303)
 
     def _steps(self, job: Any) -> tuple[list[dict[str, Any]], str | None]:
         """Recorded steps with their status, plus steps the last attempt saw fail or restore."""
@@ -662,6 +710,7 @@ def create_app(app: Any, token: str | Token | Sequence[Token] | None = None, *, 
         Route("/", g(dash.overview), methods=["GET"], name="overview"),
         Route("/jobs", g(dash.jobs), methods=["GET"], name="jobs"),
         Route("/job", g(dash.job), methods=["GET"], name="job"),
+        Route("/job/signal", g(dash.signal), methods=["POST"], name="signal"),
         Route("/dead", g(dash.dead), methods=["GET"], name="dead"),
         Route("/dead/preview", g(dash.preview), methods=["POST"], name="preview"),
         Route("/dead/apply", g(dash.apply), methods=["POST"], name="apply"),

@@ -30,7 +30,7 @@ POINTS = ("after_claim", "in_step", "after_effect", "before_complete", "heartbea
 #: The store methods workers and jobs call that a ``store`` fault may hit.
 FAULTABLE = frozenset({
     "job_claim", "job_finish_many", "job_finish_and_claim", "job_heartbeat_many", "job_list_expired",
-    "job_rescue_many", "step_list", "step_record", "worker_beat",
+    "job_rescue_many", "step_list", "step_record", "worker_beat", "signal_get", "signal_send",
 })
 #: Store methods that may move a job from one state to another.
 MOVES = frozenset({

@@ -4,6 +4,7 @@ from firesafe.steps.steps import (
     DuplicateStep,
     LeaseLost,
     NonDeterminism,
+    SignalWait,
     StepError,
     Steps,
     is_repeatable,
@@ -11,5 +12,5 @@ from firesafe.steps.steps import (
     step_key,
 )
 
-__all__ = ["DuplicateStep", "LeaseLost", "NonDeterminism", "StepError", "Steps", "is_repeatable", "repeatable",
-           "step_key"]
+__all__ = ["DuplicateStep", "LeaseLost", "NonDeterminism", "SignalWait", "StepError", "Steps", "is_repeatable",
+           "repeatable", "step_key"]

@@ -18,9 +18,11 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from firesafe.clock import to_datetime
 from firesafe.errors import InvalidInput, Permanent, RetryAfter, UnstorableValue
 from firesafe.idempotency.keys import canonical_json
 from firesafe.idempotency.keys import step_key as step_key  # re-exported: ctx.idempotency_key uses it
+from firesafe.signals.signals import SignalTimeout, wait_outcome, wait_step_name
 from firesafe.steps.versions import (
     MARKER_PREFIX,
     Divergence,
@@ -97,6 +99,15 @@ class LeaseLost(Exception):
 
 class DurableSleep(RetryAfter):
     """Raised by ``ctx.sleep``: the job is put back and resumes after the wait (no worker held)."""
+
+
+class SignalWait(DurableSleep):
+    """Raised by ``ctx.wait_for_signal`` while the signal has not come: the job is parked until the
+    wait's deadline, and made due at once when the signal is sent (no worker held)."""
+
+
+#: ``ctx.wait_for_signal``'s ``default`` when none is given: the wait raises SignalTimeout instead.
+NO_DEFAULT: Any = object()
 
 
 def _run_alone(awaitable: Any) -> Any:
@@ -262,6 +273,47 @@ class Steps:
             self.log.append({"name": name, "status": "restored"})
         if until > now:
             raise DurableSleep(until - now, reason=f"durable sleep {name!r} until {until:.3f}")
+
+
+    def wait_for_signal(self, name: str, timeout: float, default: Any = NO_DEFAULT) -> Any:
+        """The data of signal ``name`` sent to this job; parks the job (``SignalWait``) until it is
+        sent or ``timeout`` seconds after the wait began, then returns ``default`` or raises
+        ``SignalTimeout``. The wait is the step ``signal:NAME`` holding its deadline, so every later
+        run of the job gets the same answer: the signal if it was sent by the deadline, else none."""
+        label, position, rec = self._begin(wait_step_name(name))
+        now = self._store.now()
+        if rec is None:  # the wait begins: its deadline is recorded before the signal is looked for
+            until = now + timeout
+            self._record(label, position, {"signal": name, "until": until})
+            self.log.pop()  # the log says how the wait ended, below
+        else:
+            until = _deadline(label, rec)
+        signal = self._store.signal_get(self._job_id, name)
+        outcome = wait_outcome(until, signal.sent_at if signal is not None else None, now)
+        if outcome == "signal" and signal is not None:
+            self.log.append({"name": label, "status": "signal", "by": signal.actor})
+            return json.loads(signal.data)
+        when = to_datetime(until).isoformat()
+        if outcome == "timeout":
+            self.log.append({"name": label, "status": "timed_out"})
+            if default is not NO_DEFAULT:
+                return default
+            raise SignalTimeout(f"no signal {name!r} came within the wait's timeout (until {when}); "
+                                f"send it, then rerun the job --from-step {label}")
+        self.log.append({"name": label, "status": "waiting"})
+        raise SignalWait(until - now, reason=f"waiting for signal {name!r} until {when}")
+
+
+def _deadline(label: str, rec: StepRecord) -> float:
+    """The deadline a wait recorded; NonDeterminism if ``ctx.step`` recorded that name instead."""
+    try:
+        until = json.loads(rec.result or "null").get("until")
+    except (ValueError, AttributeError):
+        until = None
+    if isinstance(until, bool) or not isinstance(until, (int, float)):
+        raise NonDeterminism(f"step {label!r} was recorded by ctx.step, not by a wait for a signal; "
+                             "rerun it --from-step or --from-scratch")
+    return float(until)
 
 
 def _shown(value: object) -> str:

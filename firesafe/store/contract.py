@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the parts' record types; imported for the checker only (the
     from firesafe.limits.bucket import LimiterSpec
     from firesafe.limits.store import Acquire, Grant, LimiterEvent, LimiterStatus, Report, Verdict
     from firesafe.schedules.store import AdvanceParams, MissedWindow, NewEvent, ScheduleEvent, ScheduleState
+    from firesafe.signals.store import SignalRecord, SignalSent
     from firesafe.store.dashboard import Bucket, DeadGroup, QueueLag
 
 
@@ -303,6 +304,29 @@ class StepStore(Protocol):
         """Requeue a dead, cancelled or succeeded job, forgetting its steps from ``from_position``
         on (None: keep every step, so it resumes); records a ``rerun`` event. False if it is not
         in one of those states."""
+        ...
+
+
+@runtime_checkable
+class SignalStore(Protocol):
+    """Durable signals, kept once per ``(job, signal name)`` (records: :mod:`firesafe.signals.store`)."""
+
+    def signal_send(self, key: str, name: str, data: str, actor: str, reason: str | None = None) -> SignalSent:
+        """Keep signal ``name`` with ``data`` (canonical JSON) for the job ``key`` and, in the same
+        transaction, record a ``signal_sent`` event by ``actor`` and make the job due now if it is
+        parked waiting for that signal (PostgreSQL: listening workers are woken). The same signal
+        sent again is kept once (``sent`` False); with other data it raises
+        :class:`~firesafe.signals.SignalConflict`. An unknown key raises
+        :class:`~firesafe.errors.JobNotFound`, a finished job :class:`~firesafe.errors.InvalidInput`;
+        nothing is written then."""
+        ...
+
+    def signal_get(self, job_id: int, name: str) -> SignalRecord | None:
+        """The signal a job was sent under ``name``, if any."""
+        ...
+
+    def signal_list(self, job_id: int) -> list[SignalRecord]:
+        """Every signal a job was sent, oldest first."""
         ...
 
 
@@ -570,8 +594,8 @@ class AuditStore(Protocol):
 
 
 @runtime_checkable
-class Store(StoreBasics, JobStore, MoveStore, LeaseStore, StepStore, AlertStore, ScheduleStore, InboxStore,
-            LimiterStore, DashboardStore, AuditStore, Protocol):
+class Store(StoreBasics, JobStore, MoveStore, LeaseStore, StepStore, SignalStore, AlertStore, ScheduleStore,
+            InboxStore, LimiterStore, DashboardStore, AuditStore, Protocol):
     """One store of jobs: every part above. Implementations: :class:`~firesafe.stores.sqlite.SQLiteStore`,
     :class:`~firesafe.stores.postgres.PostgresStore`."""
 
@@ -608,10 +632,11 @@ class ListenStore(Store, Protocol):
 #: The parts of the contract, by name (the contract suite checks each store against each).
 PARTS: dict[str, type] = {
     "basics": StoreBasics, "jobs": JobStore, "moves": MoveStore, "leases": LeaseStore, "steps": StepStore,
+    "signals": SignalStore,
     "alerts": AlertStore, "schedules": ScheduleStore, "inbox": InboxStore, "limits": LimiterStore,
     "dashboard": DashboardStore, "audit": AuditStore,
 }
 
 __all__ = ["PARTS", "AlertStore", "AuditStore", "DashboardStore", "InboxStore", "JobStore", "LeaseStore",
-           "LimiterStore", "ListenStore", "Listening", "MoveStore", "ScheduleStore", "StepStore", "Store",
-           "StoreBasics"]
+           "LimiterStore", "ListenStore", "Listening", "MoveStore", "ScheduleStore", "SignalStore", "StepStore",
+           "Store", "StoreBasics"]

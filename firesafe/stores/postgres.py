@@ -7,11 +7,12 @@ from firesafe.deadletters.audit import AuditPostgres
 from firesafe.inbox.store_postgres import InboxPostgres
 from firesafe.limits.store_postgres import LimitsPostgres
 from firesafe.schedules.store_postgres import SchedulesPostgres
+from firesafe.signals.store_postgres import SignalsPostgres
 from firesafe.steps.store_postgres import StepsPostgres
 from firesafe.store.postgres import PostgresCore
 
 
-class PostgresStore(PostgresCore, InboxPostgres, StepsPostgres, LimitsPostgres, SchedulesPostgres, AlertsPostgres,
-                    AuditPostgres):
+class PostgresStore(PostgresCore, InboxPostgres, StepsPostgres, SignalsPostgres, LimitsPostgres, SchedulesPostgres,
+                    AlertsPostgres, AuditPostgres):
     """The :class:`~firesafe.store.contract.Store` (and :class:`~firesafe.store.contract.ListenStore`)
     in a PostgreSQL schema."""

@@ -25,7 +25,13 @@ invariants are checked; every breach is reported as a violation, with the seed t
 - attempts never above the job's maximum;
 - only the moves the state machine allows (:func:`firesafe.states.can_move`), checked after every
   store call that may move a job;
-- every death has its dead-letter alert in the outbox, and every dead job its trace.
+- every death has its dead-letter alert in the outbox, and every dead job its trace;
+- no lost wake-up: a job that waits for a durable signal (kind ``approve``) and was sent it before
+  its wait's deadline never sits parked until that deadline; it gets the signal once.
+
+Signals come from a sender at a time drawn for each ``approve`` job (before the job waits, or
+while it is parked), and at the fault point ``parking``: the job found no signal and is about to
+park, still running, when the signal arrives (or its worker crashes or stalls there).
 """
 
 from __future__ import annotations
@@ -49,9 +55,10 @@ from typing import Any
 from firesafe.app import App
 from firesafe.clock import FakeClock
 from firesafe.drill.faults import POINTS, FaultyStore
-from firesafe.errors import Permanent, RetryAfter, StoreError
+from firesafe.errors import InvalidInput, Permanent, RetryAfter, StoreError
 from firesafe.retries.backoff import Backoff
 from firesafe.states import State, can_move
+from firesafe.steps import SignalWait
 from firesafe.store.base import JobFilter
 from firesafe.stores.sqlite import SQLiteStore
 from firesafe.worker import Worker
@@ -65,10 +72,18 @@ ACTIONS: dict[str, tuple[str, ...]] = {
     "before_complete": ("crash", "stall"),
     "heartbeat": ("stall",),
     "store": ("before", "after"),
+    "parking": ("signal", "crash", "stall"),  # a wait found no signal and its job is about to park
 }
+#: The simulation's own fault points, beside the drills' (firesafe.drill.faults.POINTS).
+SIM_POINTS = (*POINTS, "parking")
 #: Job kinds: plain steps; flaky (transient errors); deny (a permanent error); defer (RetryAfter);
-#: nap (a durable sleep between steps).
-KINDS = ("plain", "flaky", "deny", "defer", "nap")
+#: nap (a durable sleep between steps); approve (waits for a durable signal between steps).
+KINDS = ("plain", "flaky", "deny", "defer", "nap", "approve")
+#: An approve job's wait: far longer than any scenario runs, so a job still parked at its deadline
+#: after its signal was sent is a lost wake-up, not a slow world.
+SIGNAL_TIMEOUT = 86400.0  # (a day: finished jobs are pruned after a week, which would lose them)
+#: Signals are sent within this long of the start: before some jobs wait, while others are parked.
+SEND_WITHIN = 90.0
 START = 1_800_000_000.0
 MAX_TURNS = 20_000
 STORE_BACKOFF = Backoff(base=0.5, factor=2.0, cap=15.0, jitter="equal")
@@ -109,7 +124,7 @@ class Scenario:
                              max_attempts=rng.randint(1, 5)) for i in range(rng.randint(2, 6)))
         if faults is None:
             faults = {}
-            for point in POINTS:
+            for point in SIM_POINTS:
                 if rng.random() < 0.5:
                     top = 0.08 if point == "store" else 0.3
                     faults[point] = round(rng.uniform(0.02, top), 3)
@@ -222,6 +237,8 @@ class Simulation:
         self.deaths: Counter[str] = Counter()
         self.turns = 0
         self.faults_on = False
+        #: when each approve job's signal is due from the sender (removed once sent)
+        self.sends = {j.key: START + self.rng.uniform(0.0, SEND_WITHIN) for j in scenario.jobs if j.kind == "approve"}
         self._declare()
 
     # -- the jobs ----------------------------------------------------------------------------------
@@ -237,8 +254,33 @@ class Simulation:
                 self._between(ctx)
             if kind == "nap" and i == 1:
                 ctx.sleep(self.rng.uniform(1.0, 60.0), name="nap")
+            if kind == "approve" and i == min(1, steps - 1):
+                self._wait(ctx)
             receipts.append(ctx.step(f"s{i}", self._effect, ctx, f"s{i}", kind, i == steps - 1))
         return receipts
+
+    def _wait(self, ctx: Any) -> None:
+        """Wait for the signal ``go``; where it is not there yet, the job is about to park: the
+        ``parking`` fault point (the signal may arrive right then, while the job still runs)."""
+        try:
+            ctx.wait_for_signal("go", timeout=SIGNAL_TIMEOUT)
+        except SignalWait:
+            self._point("parking", ctx.job.key)
+            raise
+
+    def _send(self, key: str, when: str) -> None:
+        """The sender sends ``key``'s signal (through the faulty store); kept due if it did not go."""
+        try:
+            sent = self.app.signal(key, "go", {"for": key}, actor="sender")
+        except InvalidInput as exc:  # finished (dead): a replay may bring it back to wait again
+            self._event(f"signal to {key} refused {when}: {exc}")
+            return
+        except StoreError as exc:
+            self._event(f"signal to {key} failed {when}: {exc}")
+            return
+        self.sends.pop(key, None)
+        self.result.stats["signals_sent" if sent.sent else "signals_again"] += 1
+        self._event(f"signal to {key} {when}: sent={sent.sent} woke={sent.woke}")
 
     def _effect(self, ctx: Any, step: str, kind: str, last: bool) -> str:
         self._point("in_step", f"{ctx.job.key}/{step}")
@@ -285,6 +327,9 @@ class Simulation:
             raise SimCrash(point)
         if action == "error":
             raise RuntimeError(f"injected error at {point}")
+        if action == "signal":
+            self._send(where, "while it parks")
+            return
         self._stall(w)
 
     def _store_fault(self, method: str) -> str | None:
@@ -360,6 +405,10 @@ class Simulation:
             for t in due:
                 self.restarts.remove(t)
                 self._event(f"{self._spawn().name} starts")
+            for key in [k for k, t in sorted(self.sends.items()) if t <= now]:
+                self.sends[key] = now + 1.0  # tried again in a second if it does not go now
+                self._send(key, "on time")
+                pending = None  # a signal may have made a parked job due: what is pending is read again
             busy = {id(w) for w in self.stack}
             alive = [w for w in self.workers if w.alive and id(w) not in busy]
             if not alive and not self.restarts:  # someone must be running (a supervisor restarts one)
@@ -380,6 +429,7 @@ class Simulation:
             wake = [w.resume_at for w in alive if w.resume_at > now] + self.restarts
             if pending.next_at is not None:
                 wake.append(pending.next_at)
+            wake.extend(self.sends.values())
             if pending.running or not wake:
                 wake.append(now + min(w.worker.rescue_interval for w in self.workers))
             target = max(min(wake), now + 0.01) + self.rng.uniform(0.0, 0.2)
@@ -498,12 +548,33 @@ class Simulation:
             recorded = [r.name for r in self.raw.step_list(full.id)]
             if len(set(recorded)) != len(recorded):
                 self._violation(f"{spec.key}: a step recorded twice: {recorded}")
+            if spec.kind == "approve":
+                self._check_signal(spec, full)
             d = full.as_dict()
             for a in d["trace"]:
                 a["detail"].pop("duration", None)  # wall-clock time the attempt took: not simulated
             dump.append(d)
         text = json.dumps({"events": self.result.events, "jobs": dump}, sort_keys=True, default=str)
         self.result.fingerprint = hashlib.sha256(text.encode()).hexdigest()
+
+    def _check_signal(self, spec: JobSpec, job: Any) -> None:
+        """An approve job got its signal once, and never sat parked past its deadline once sent."""
+        wait = next((r for r in self.raw.step_list(job.id) if r.name == "signal:go"), None)
+        signals = self.raw.signal_list(job.id)
+        got = [s for a in job.trace for s in a.detail.get("steps", []) if s.get("name") == "signal:go"
+               and s.get("status") == "signal"]
+        if job.state == State.SUCCEEDED and (wait is None or not signals or not got):
+            self._violation(f"{spec.key}: succeeded without its wait answered by the signal "
+                            f"(wait {wait is not None}, {len(signals)} signal(s), answered {len(got)} time(s))")
+        if wait is None or not signals:
+            return
+        until, sent_at = json.loads(wait.result or "{}")["until"], signals[0].sent_at
+        ended = job.finished_at.timestamp() if job.finished_at else self.clock.now()
+        if sent_at <= until and ended >= until:
+            self._violation(f"{spec.key}: lost wake-up: its signal was sent at t+{sent_at - START:.3f} but it sat "
+                            f"parked until its deadline t+{until - START:.3f}")
+        if any(s.get("status") == "timed_out" for a in job.trace for s in a.detail.get("steps", [])):
+            self._violation(f"{spec.key}: its wait timed out although the signal came in time")
 
     def close(self) -> None:
         self.raw.close()
@@ -597,5 +668,5 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["ACTIONS", "Provider", "Result", "Scenario", "SimCrash", "Simulation",
+__all__ = ["ACTIONS", "SIM_POINTS", "Provider", "Result", "Scenario", "SimCrash", "Simulation",
            "main", "run_range", "run_seed"]

@@ -152,6 +152,24 @@ def test_a_retry_past_the_budget_is_caught(tmp_path: Path, monkeypatch: pytest.M
     assert any(any("above its maximum" in v or "never ended" in v for v in r.violations) for r in results)
 
 
+def test_a_signal_sent_while_its_job_parks_is_never_lost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given scenarios whose waiting jobs often meet their signal just as they park (still running)
+    seeds = [s for s in range(120) if any(j.kind == "approve" for j in Scenario.from_seed(s).jobs)][:40]
+    faults = {"parking": 0.6, "before_complete": 0.1}
+    results = [run_seed(seed, tmp_path, faults=faults) for seed in seeds]
+    # Then every one keeps every invariant: the signal reaches the job, none waits for its deadline
+    assert all(r.ok for r in results), next(r.explain() for r in results if not r.ok)
+    assert sum(r.stats["parking:signal"] for r in results) >= 5
+    # While a mutant finish that parks such a job until its deadline anyway is caught as a lost wake-up
+    from firesafe.store import sqlite as core
+
+    mutant = core.Q["job_finish"].replace("WHEN :given_back = 1 AND signaled_at >= started_at THEN :now", "")
+    assert mutant != core.Q["job_finish"]
+    monkeypatch.setitem(core.Q, "job_finish", mutant)
+    broken = [run_seed(seed, tmp_path, faults=faults) for seed in seeds]
+    assert any(any("lost wake-up" in v for v in r.violations) for r in broken)
+
+
 def test_an_illegal_move_is_caught(tmp_path: Path) -> None:
     # Given a scenario run to its end
     s = Simulation(Scenario.from_seed(1, faults={}), tmp_path)

@@ -208,7 +208,10 @@ f AS MATERIALIZED (
 done AS (
     UPDATE {schema}.firesafe_jobs j
     SET state = f.state, lease_token = NULL, lease_expires = NULL,
-        run_at = CASE WHEN f.delay IS NULL THEN j.run_at ELSE c.now + f.delay END,
+        -- A deferral (a durable wait) after a signal came during the attempt is due now (0018_signals.sql).
+        run_at = CASE WHEN f.delay IS NULL THEN j.run_at
+                      WHEN f.given_back = 1 AND j.signaled_at >= j.started_at THEN c.now
+                      ELSE c.now + f.delay END,
         attempt = j.attempt - f.given_back, deferrals = j.deferrals + f.given_back,
         result = coalesce(f.result, j.result),
         error_type = coalesce(f.error_type, j.error_type),

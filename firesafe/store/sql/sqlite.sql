@@ -75,7 +75,9 @@ RETURNING id, key, name, queue, state, payload, arg_names, attempt, max_attempts
 -- End a running attempt: only if the job is still running under this lease token (fencing).
 UPDATE firesafe_jobs
 SET state = :state, lease_token = NULL, lease_expires = NULL,
-    run_at = CASE WHEN :delay IS NULL THEN run_at ELSE :now + :delay END,
+    -- A deferral (a durable wait) after a signal came during the attempt is due now (0018_signals.sql).
+    run_at = CASE WHEN :delay IS NULL THEN run_at
+                  WHEN :given_back = 1 AND signaled_at >= started_at THEN :now ELSE :now + :delay END,
     attempt = attempt - :given_back, deferrals = deferrals + :given_back,
     result = coalesce(:result, result),
     error_type = coalesce(:error_type, error_type), error_message = coalesce(:message, error_message),
