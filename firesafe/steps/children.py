@@ -90,8 +90,12 @@ def wait(steps: Steps, name: str, keys: Sequence[str], timeout: float | None, on
     deadline = now + timeout if timeout is not None else None
     if rec is not None:
         deadline = json.loads(rec.result or "{}").get("deadline")
-    jobs = _children(store, keys)
-    waiting = [k for k in keys if jobs[k].state not in FINISHED]
+    if _any_waiting(store, steps._job_id, keys):
+        jobs: dict[str, Job] = {}
+        waiting = list(keys)
+    else:  # every child ended: read them, once
+        jobs = _children(store, keys)
+        waiting = [k for k in keys if jobs[k].state not in FINISHED]
     if rec is None:
         steps._record(name, position, {"deadline": deadline, "children": len(keys)})
     else:
@@ -99,11 +103,13 @@ def wait(steps: Steps, name: str, keys: Sequence[str], timeout: float | None, on
     if waiting:
         if deadline is not None and now >= deadline:
             steps.log[-1]["status"] = "timed_out"
+            jobs = jobs or _children(store, keys)
+            waiting = [k for k in keys if jobs[k].state not in FINISHED]
             raise ChildrenTimedOut(f"wait {name!r} timed out with {len(waiting)} of {len(keys)} children not "
                                    f"ended: {_named(waiting)}")
-        steps.log[-1].update(status="waiting", waiting=len(waiting))
+        steps.log[-1]["status"] = "waiting"
         delay = PARK_MAX if deadline is None else max(0.0, min(PARK_MAX, deadline - now))
-        raise WaitingForChildren(delay, reason=f"waiting for {len(waiting)} of {len(keys)} children ({name!r})")
+        raise WaitingForChildren(delay, reason=f"waiting for children of {name!r} ({len(keys)} in all)")
     steps.log[-1].update(status="done", children=len(keys))
     failed = [k for k in keys if jobs[k].state != State.SUCCEEDED]
     if failed and on_dead == "fail":
@@ -113,6 +119,22 @@ def wait(steps: Steps, name: str, keys: Sequence[str], timeout: float | None, on
         return [jobs[k].result for k in keys]
     return [{"key": k, "state": str(jobs[k].state), "result": jobs[k].result,
              "error": None if jobs[k].state == State.SUCCEEDED else _how(jobs[k])} for k in keys]
+
+
+def _any_waiting(store: Any, job_id: int, keys: Sequence[str]) -> bool:
+    """Whether some of ``keys`` have not ended, without reading them: the job's count of children not
+    ended is 0 (none has), or the children of ``keys`` that ended are counted (a wait on some of the
+    job's children while others run)."""
+    from firesafe.store.base import JobFilter
+
+    me = store.job_get_by_id(job_id)
+    if me is None or me.children_pending <= 0:
+        return False
+    ended = 0
+    for start in range(0, len(keys), 5000):
+        part = list(keys[start:start + 5000])
+        ended += sum(store.job_count(JobFilter(keys=part, state=str(s))) for s in FINISHED)
+    return ended < len(keys)
 
 
 def _children(store: Any, keys: Sequence[str]) -> dict[str, Job]:

@@ -839,7 +839,7 @@ class PostgresCore(CoreCommon, ChildrenCommon, DashboardQueries, MovesByQuery):
         return stored
 
     def _insert_in(self, c: psycopg.Connection[Any], unique: list[InsertParams]) -> dict[str, Job]:
-        return self._insert(c, unique, prepare=None, pipeline=False)
+        return self._insert(c, unique, prepare=None, pipeline=True)
 
     def _insert(self, c: psycopg.Connection[Any], unique: list[InsertParams], *, prepare: bool | None,
                 pipeline: bool) -> dict[str, Job]:
