@@ -82,12 +82,18 @@ def show(key: str, full_tracebacks: bool, as_json: bool, store_url: str | None) 
       firesafe show refund:o-1 --traceback
       firesafe show refund:o-1 --json | jq .trace
     """
+    from firesafe.steps.children import family
+
     app = open_app(store_url)
     job = app.get(key)
+    kin = family(app.store, job)
     if as_json:
-        echo_json(masked_job_dict(job))
+        out = masked_job_dict(job)
+        if kin is not None:  # a child, or a parent: its family (docs/workflows.md)
+            out.update(kin)
+        echo_json(out)
         return
-    render_job(console(), job, full_tracebacks=full_tracebacks)
+    render_job(console(), job, full_tracebacks=full_tracebacks, family=kin)
 
 
 @click.command("jobs")

@@ -161,10 +161,31 @@ def _named(items: Sequence[str]) -> str:
     return shown + (f" and {len(items) - NAMED} more" if len(items) > NAMED else "")
 
 
+def family(store: Any, job: Job, per_state: int = 10) -> dict[str, Any] | None:
+    """A job's parent and children, for ``firesafe show`` and the dashboard (None: it has neither).
+
+    ``{"parent": {"key", "name", "state"} | {"id", "gone": True} | None, "children": {"total",
+    "pending", "by_state": {state: count}, "keys": {state: [up to per_state keys, in spawn order]}}}``
+    """
+    counts = store.job_children_counts(job.id)
+    if job.parent_id is None and not counts:
+        return None
+    parent: dict[str, Any] | None = None
+    if job.parent_id is not None:
+        p = store.job_get_by_id(job.parent_id)
+        parent = ({"id": job.parent_id, "gone": True} if p is None
+                  else {"key": p.key, "name": p.name, "state": str(p.state)})
+    order = [str(s) for s in State]
+    keys = {state: [c.key for c in store.job_children(job.id, state=state, limit=per_state)]
+            for state in sorted(counts, key=order.index)}
+    return {"parent": parent, "children": {"total": sum(counts.values()), "pending": job.children_pending,
+                                           "by_state": {s: counts[s] for s in keys}, "keys": keys}}
+
+
 def check_on_dead(on_dead: object) -> OnDead:
     if on_dead not in ("fail", "collect"):
         raise InvalidInput(f'on_dead must be "fail" or "collect", not {on_dead!r}')
     return on_dead
 
 
-__all__ = ["PARK_MAX", "WAIT_PREFIX", "ChildrenFailed", "ChildrenTimedOut", "child_key", "spawn", "wait"]
+__all__ = ["PARK_MAX", "WAIT_PREFIX", "ChildrenFailed", "ChildrenTimedOut", "child_key", "family", "spawn", "wait"]
