@@ -153,7 +153,7 @@ def stats(as_json: bool, store_url: str | None) -> None:
 def cancel(key: str, actor: str | None, reason: str | None, as_json: bool, store_url: str | None) -> None:
     """Cancel a job: a waiting one at once; a running one is asked to stop (its ctx.cancelled turns
     true) and the cancel is recorded when its attempt ends. The job's event records who (--actor)
-    and why (--reason).
+    and why (--reason). Its child jobs that have not ended are cancelled too (docs/workflows.md).
 
     With --json it prints {"key", "outcome", "state", "actor", "reason"}; outcome is cancelled,
     requested (running: asked to stop) or finished (it had already ended: nothing changed).

@@ -305,3 +305,42 @@ def test_a_wrong_wait_option_is_one_clear_line(app: App, bad: dict) -> None:
     app.work(burst=True)
     job = app.get("p")
     assert job.state == State.DEAD and job.error_type == "InvalidInput"
+
+
+def test_a_window_that_fans_out_stays_once_per_window_through_a_backfill_rerun(app: App, clock) -> None:
+    """A schedule's window job spawns children: a repeated backfill adds none, and a rerun of the
+    failed window reruns only its child that died, reusing the others."""
+    from datetime import UTC, date, datetime
+
+    from firesafe.schedules.windows import Window
+    from firesafe.store.base import JobFilter
+
+    clock.set(datetime(2026, 12, 5, tzinfo=UTC).timestamp())
+    runs: list[str] = []
+    broken = {"part": 1}
+
+    @app.job(max_attempts=1)
+    def part(ctx, day: int, n: int) -> int:
+        runs.append(f"{day}/{n}")
+        if (day, n) == (2, broken["part"]):
+            raise ValueError("upstream had a hole")
+        return n
+
+    @app.schedule("0 2 * * *", tz="UTC")
+    def nightly(ctx, window: Window) -> int:
+        day = window.start.day
+        return sum(ctx.wait_children(ctx.spawn_many(part, [[day, n] for n in range(3)])))
+
+    app.backfill("nightly", date(2026, 11, 1), date(2026, 11, 2))
+    app.work(burst=True)
+    assert app.backfill("nightly", date(2026, 11, 1), date(2026, 11, 2)).enqueued == 0
+    app.work(burst=True)
+    assert app.store.job_count(JobFilter(name="part")) == 6 and len(runs) == 6  # once per window
+    assert app.store.job_count(JobFilter(name="nightly", state="dead")) == 1
+    broken["part"] = None
+    runs.clear()
+    assert app.backfill("nightly", date(2026, 11, 1), date(2026, 11, 2), rerun="failed").rerun_count == 1
+    app.work(burst=True)
+    assert runs == ["2/1"]  # only the child that died ran again
+    assert app.store.job_count(JobFilter(name="nightly", state="succeeded")) == 2
+    assert app.store.job_count(JobFilter(name="part")) == 6
