@@ -31,6 +31,8 @@ PARK_MAX = 86400.0
 WAIT_PREFIX = "wait-children:"
 #: How many children an error message names.
 NAMED = 10
+#: How much of each child's error an error message quotes.
+ERROR_CUT = 120
 
 OnDead = Literal["fail", "collect"]
 
@@ -151,8 +153,11 @@ def _children(store: Any, keys: Sequence[str]) -> dict[str, Job]:
 
 
 def _how(job: Job) -> str:
-    """How a child that did not succeed ended, on one line: ``dead: ValueError: bad row``."""
+    """How a child that did not succeed ended, on one line, its error cut at :data:`ERROR_CUT`
+    characters (so that a message naming several keeps every name): ``dead: ValueError: bad row``."""
     error = job.last_error if job.state == State.DEAD else job.reason
+    if error and len(error) > ERROR_CUT:
+        error = error[:ERROR_CUT] + "..."
     return f"{job.state}: {error}" if error else str(job.state)
 
 

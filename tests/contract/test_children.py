@@ -344,3 +344,41 @@ def test_a_window_that_fans_out_stays_once_per_window_through_a_backfill_rerun(a
     assert runs == ["2/1"]  # only the child that died ran again
     assert app.store.job_count(JobFilter(name="nightly", state="succeeded")) == 2
     assert app.store.job_count(JobFilter(name="part")) == 6
+
+
+def test_a_parent_rescued_mid_spawn_spawns_nothing_from_its_old_attempt(app: App, clock) -> None:
+    """The parent's attempt lost its lease (rescued elsewhere) before its spawn: the spawn is fenced
+    out and inserts nothing; the next attempt spawns the children, once."""
+    app.job(name="kid", queue="kids")(lambda ctx, i: i)
+    store = app.store
+    store.job_insert_many([InsertParams(key="p", name="kid", queue="parents", fingerprint="f",
+                                        payload='{"args":[0],"kwargs":{}}', arg_names='["i"]', max_attempts=3)])
+    old = store.job_claim(ClaimParams(("parents",), 1, "w1", 1.0))[0]
+    clock.advance(5)
+    assert store.job_rescue_many([RescueParams(old.job.id, old.token, old.job.runs, State.QUEUED, 0.0,
+                                               "worker_lost", "gone")]) == [True]
+    new = store.job_claim(ClaimParams(("parents",), 1, "w2", 30.0, suspects=True))[0]  # it lost a worker
+    kids = [InsertParams(key=f"p/k{i}", name="kid", queue="kids", fingerprint="g",
+                         payload='{"args":[1],"kwargs":{}}', arg_names='["i"]', max_attempts=3) for i in range(3)]
+    assert store.job_spawn_many(old.job.id, old.token, kids) is None
+    assert store.job_children_counts(old.job.id) == {} and store.job_get("p").children_pending == 0
+    assert [j.created for j in store.job_spawn_many(new.job.id, new.token, kids) or []] == [True] * 3
+    assert store.job_get("p").children_pending == 3
+
+
+def test_a_child_dying_with_hostile_text_fails_only_its_parent_with_that_text_stored(app: App) -> None:
+    @app.job(max_attempts=1)
+    def kid(ctx, i: int) -> int:
+        raise ValueError(f"bad \x00 row \udce9 {'x' * 5000}")
+
+    @app.job(max_attempts=1)
+    def parent(ctx) -> None:
+        ctx.wait_children(ctx.spawn_many(kid, [[1], [2]]))
+
+    parent.enqueue(key="p")
+    app.work(burst=True)
+    job = app.get("p")
+    assert job.state == State.DEAD and job.error_type == "ChildrenFailed"
+    message = job.error_message or ""
+    assert "p/spawn-0/0" in message and "p/spawn-0/1" in message and "\x00" not in message
+    message.encode()  # stored as text that has UTF-8, whatever the children raised
