@@ -382,3 +382,35 @@ def test_a_child_dying_with_hostile_text_fails_only_its_parent_with_that_text_st
     message = job.error_message or ""
     assert "p/spawn-0/0" in message and "p/spawn-0/1" in message and "\x00" not in message
     message.encode()  # stored as text that has UTF-8, whatever the children raised
+
+
+def test_replaying_a_dead_child_while_its_parent_waits_makes_the_parent_wait_for_its_new_run(app: App) -> None:
+    broken = {"n": 0}
+
+    @app.job(queue="kids", max_attempts=1)
+    def kid(ctx, n: int) -> int:
+        if n == broken["n"]:
+            raise ValueError("not yet")
+        return n + 1
+
+    @app.job(queue="parents")
+    def parent(ctx) -> list[int]:
+        return ctx.wait_children(ctx.spawn_many(kid, [[0], [1]]))
+
+    parent.enqueue(key="p")
+    app.work(burst=True, queues=["parents"])
+    store = app.store
+    first = store.job_claim(ClaimParams(("kids",), 1, "w", 30.0))[0]  # kid 0 dies
+    assert first.job.key == "p/spawn-0/0"
+    store.job_finish_many([FinishParams(first.job.id, first.token, first.job.runs, State.DEAD, Outcome.FAILED,
+                                        error_type="ValueError", message="not yet", reason="permanent",
+                                        parent_id=first.job.parent_id)])
+    assert app.get("p").children_pending == 1
+    broken["n"] = -1  # fixed
+    assert store.job_replay_many([first.job.id], "ops") == [first.job.id]
+    assert app.get("p").children_pending == 2  # it waits for the new run too
+    app.work(burst=True, queues=["kids"])
+    p = app.get("p")
+    assert p.children_pending == 0 and p.run_at is not None and p.run_at.timestamp() <= store.now()  # woken
+    app.work(burst=True, queues=["parents"])
+    assert app.get("p").result == [1, 2]
