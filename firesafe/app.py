@@ -308,7 +308,8 @@ class App:
         """Cancel a waiting job at once, or ask a running one to stop (``ctx.cancelled``).
 
         Returns ``"cancelled"``, ``"requested"`` or ``"finished"`` (it had already ended). The job's
-        event records ``actor`` (default ``$FIRESAFE_ACTOR``, else user@host) and ``reason``.
+        event records ``actor`` (default ``$FIRESAFE_ACTOR``, else user@host) and ``reason``. Its
+        children that have not ended are cancelled (or asked to stop) too, down the tree.
         """
         from firesafe.deadletters.audit import actor_of, reason_of
 

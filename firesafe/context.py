@@ -60,6 +60,8 @@ class Context:
         self._is_async = is_async
         self._steps: Steps | None = None  # made on first use: most jobs have no steps
         self._sleeps = 0
+        self._spawns = 0
+        self._waits = 0
 
     # -- durable steps -----------------------------------------------------------------------
     def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -135,6 +137,84 @@ class Context:
             return later()
         steps.sleep_until(label, until)
         return None
+
+    # -- children ----------------------------------------------------------------------------
+    def spawn(self, job: Any, *args: Any, key: str | None = None, name: str | None = None, **kwargs: Any) -> Any:
+        """Spawn one child job (a declared job, or its name) with these arguments, recorded like a
+        step: a retry, rescue, rerun or replay of this job never spawns it twice. Its key is
+        ``key``, else derived from this job's key and the step's name. Returns the child's key (a
+        one-key list is what :meth:`wait_children` takes; a str works too). ``await`` it in async jobs."""
+        return self._spawn(job, [{"args": list(args), "kwargs": kwargs, "key": key}], name, one=True)
+
+    def spawn_many(self, job: Any, items: Any, name: str | None = None) -> Any:
+        """Spawn many children of one job in one bulk insert, recorded as one step (see :meth:`spawn`).
+        Each item is a list of positional arguments, or a mapping with ``args``, ``kwargs``, ``key``,
+        ``delay``, ``queue`` and ``priority`` (as ``enqueue_many``). Returns their keys in order."""
+        if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
+            raise InvalidInput(f"spawn_many takes a list of items, not {type(items).__name__}")
+        entries = []
+        for n, item in enumerate(items):
+            if isinstance(item, (list, tuple)):
+                entries.append({"args": list(item)})
+            elif isinstance(item, dict):
+                entries.append(dict(item))
+            else:
+                raise InvalidInput(f"item {n} of spawn_many must be a list of arguments or a mapping, "
+                                   f"not {type(item).__name__}")
+        return self._spawn(job, entries, name, one=False)
+
+    def wait_children(self, keys: Any, *, timeout: float | None = None, on_dead: str = "fail",
+                      name: str | None = None) -> Any:
+        """Wait for children (keys from :meth:`spawn` / :meth:`spawn_many`) without holding a worker:
+        the job is parked and the store wakes it when the last of its children ends. Returns their
+        results in order. ``on_dead="fail"``: a child that died or was cancelled makes this job dead
+        (``ChildrenFailed`` names them); ``"collect"``: returns ``{"key", "state", "result", "error"}``
+        for each instead. ``timeout`` (seconds, counted from the first wait) ends the wait with
+        ``ChildrenTimedOut``. Recorded like a step. ``await`` it in async jobs."""
+        from firesafe.steps import children
+
+        steps = self._need_steps()
+        wanted = [keys] if isinstance(keys, str) else list(keys) if isinstance(keys, (list, tuple)) else None
+        if wanted is None or not all(isinstance(k, str) for k in wanted):
+            raise InvalidInput("wait_children takes the keys spawn or spawn_many returned")
+        if timeout is not None:
+            timeout = check_wait(timeout, "wait_children's timeout")
+        policy = children.check_on_dead(on_dead)
+        label = children.WAIT_PREFIX + (name or str(self._waits))
+        self._waits += 1
+        if self._is_async:
+            async def later() -> Any:
+                return children.wait(steps, label, wanted, timeout, policy)
+
+            return later()
+        return children.wait(steps, label, wanted, timeout, policy)
+
+    def _spawn(self, job: Any, entries: list[dict[str, Any]], name: str | None, one: bool) -> Any:
+        from firesafe.steps import children
+
+        steps = self._need_steps()
+        if self._app is None:
+            raise RuntimeError("this ctx has no app: children are spawned only inside a worker")
+        jobdef = self._app.job_named(job) if isinstance(job, str) else job
+        if getattr(jobdef, "app", None) is not self._app:
+            raise InvalidInput(f"spawn takes a job declared on this app (or its name), not {job!r}")
+        label = name or f"spawn-{self._spawns}"
+        self._spawns += 1
+
+        def build(default_key: Any) -> list[Any]:
+            return jobdef._many_params([{**entry, "key": entry.get("key") or default_key(i)}
+                                        for i, entry in enumerate(entries)])
+
+        def run() -> Any:
+            keys = children.spawn(steps, label, self.job.key, build)
+            return keys[0] if one else keys
+
+        if self._is_async:
+            async def later() -> Any:
+                return run()
+
+            return later()
+        return run()
 
     def _need_steps(self) -> Steps:
         if self._steps is None:

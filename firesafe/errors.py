@@ -116,5 +116,10 @@ class RetryAfter(Exception):
         super().__init__(reason or f"retry after {self.seconds:g}s")
 
 
+class WaitingForChildren(RetryAfter):
+    """Raised by ``ctx.wait_children``: the job gives its worker back and waits for its children;
+    the store wakes it when the last of them ends (or after ``seconds``, the wait's deadline)."""
+
+
 class Cancelled(Exception):
     """Raise inside a job (for instance when ``ctx.cancelled`` is true) to end it as cancelled."""

@@ -212,6 +212,10 @@ class Job:
     pruned: bool = False
     #: The SHA-256 (hex) of a pruned job's result that was too long to keep; else None.
     result_digest: str | None = None
+    #: The id of the job that spawned this one (``ctx.spawn``), else None (docs/workflows.md).
+    parent_id: int | None = None
+    #: How many of this job's children are not yet succeeded, dead or cancelled (kept by the store).
+    children_pending: int = 0
 
     def __repr__(self) -> str:  # arguments may hold secrets: never in a repr
         return f"<Job {self.key!r} {self.name} state={self.state} attempt={self.attempt}/{self.max_attempts}>"
@@ -327,6 +331,7 @@ class Job:
                 job.unreadable = "; ".join(filter(None, [job.unreadable, _why_unreadable("result", exc)]))
         job.error_type, job.error_message, job.reason = row["error_type"], row["error_message"], row["reason"]
         job.fingerprint = row["fingerprint"]
+        job.children_pending = int(row["children_pending"] or 0)
         return job
 
     @classmethod
@@ -361,7 +366,7 @@ class Job:
         """:meth:`from_claim_row` from the row's values in the order of ``CLAIMED_COLUMNS`` (the
         PostgreSQL store reads claims as tuples, the cheapest rows to build: once per job)."""
         (id_, key, name, queue, state, payload, arg_names, attempt, max_attempts, runs, deferrals, lost, run_at,
-         created_at, updated_at, cancel_requested, trace_context, priority) = values
+         created_at, updated_at, cancel_requested, trace_context, priority, parent_id) = values
         unreadable = None
         try:
             p = _payload(payload)
@@ -376,7 +381,7 @@ class Job:
                   None if run_at is None else datetime.fromtimestamp(run_at, UTC),
                   datetime.fromtimestamp(created_at, UTC), datetime.fromtimestamp(updated_at, UTC),
                   None, worker=worker, cancel_requested=bool(cancel_requested), trace_context=trace_context,
-                  priority=priority)
+                  priority=priority, parent_id=parent_id)
         if unreadable is not None:
             job.unreadable = unreadable
         return job
@@ -385,7 +390,7 @@ class Job:
 #: The columns a claim returns (both dialects' job_claim), read by :meth:`Job.from_claim_row`.
 CLAIMED_COLUMNS = ("id", "key", "name", "queue", "state", "payload", "arg_names", "attempt", "max_attempts", "runs",
                    "deferrals", "lost", "run_at", "created_at", "updated_at", "cancel_requested", "trace_context",
-                   "priority")
+                   "priority", "parent_id")
 
 _STATES: dict[str, State] = {s.value: s for s in State}
 

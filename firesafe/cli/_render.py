@@ -149,8 +149,33 @@ def render_pruned(out: Console, head: Table, job: Job) -> None:
     out.print(Panel(head, title=data(f"job {job.key}"), title_align="left", expand=False))
 
 
-def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None:
-    """The whole story of one job: what it is, each attempt, and what was done to it."""
+def _family_rows(head: Table, family: dict[str, Any]) -> None:
+    """The parent and children rows of a job's panel, each key one ``firesafe show KEY`` away."""
+    parent = family.get("parent")
+    if parent is not None:
+        if parent.get("gone"):
+            head.add_row("parent", Text(f"job #{parent['id']} (no longer stored)", style="dim"))
+        else:
+            line = data(parent["key"])
+            line.append("  ")
+            line.append_text(state_text(parent["state"]))
+            head.add_row("parent", line)
+    kids = family.get("children") or {}
+    if kids.get("total"):
+        counts = ", ".join(f"{n} {s}" for s, n in kids["by_state"].items())
+        head.add_row("children", Text(f"{kids['total']}: {counts}  (not ended: {kids['pending']})"))
+        for state, keys in kids["keys"].items():
+            more = kids["by_state"][state] - len(keys)
+            line = data(", ".join(keys))
+            if more > 0:
+                line.append(f" and {more} more", style="dim")
+            head.add_row(f"  {state}", line)
+
+
+def render_job(out: Console, job: Job, *, full_tracebacks: bool = False,
+               family: dict[str, Any] | None = None) -> None:
+    """The whole story of one job: what it is, its parent and children (``family``: see
+    firesafe/steps/children.py), each attempt, and what was done to it."""
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold", no_wrap=True)
     head.add_column(overflow="fold")
@@ -171,7 +196,8 @@ def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None
                                   f"waits {waits.count}, lost {job.lost})"))
     if waits.count:
         head.add_row("waits", Text(f"{waits.count}, {seconds_text(waits.seconds)} in all  (not attempts: "
-                                   "a limiter held the job back, or it asked to wait with RetryAfter)"))
+                                   "a limiter held the job back, it waited for its children, or it asked to wait with "
+                                   "RetryAfter)"))
     head.add_row("arguments", data(to_json(job.masked_arguments())))
     if job.state == State.SUCCEEDED:
         head.add_row("result", data(to_json(mask(job.result))))
@@ -191,6 +217,8 @@ def render_job(out: Console, job: Job, *, full_tracebacks: bool = False) -> None
     head.add_row("updated", Text(when(job.updated_at)))
     if job.finished_at:
         head.add_row("finished", Text(when(job.finished_at)))
+    if family is not None:
+        _family_rows(head, family)
     out.print(Panel(head, title=data(f"job {job.key}"), title_align="left", expand=False))
 
     if attempts:

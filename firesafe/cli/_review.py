@@ -90,14 +90,20 @@ def show(key: str, full_tracebacks: bool, as_json: bool, store_url: str | None) 
       firesafe show refund:o-1 --traceback
       firesafe show refund:o-1 --json | jq .trace
     """
+    from firesafe.steps.children import family
+
     app = open_app(store_url)
     job = app.get(key)
-    signals = app.signals(key)
+    signals = [] if job.pruned else app.signals(key)
+    kin = family(app.store, job)
     if as_json:
-        echo_json({**masked_job_dict(job), "signals": [signal_dict(s) for s in signals]})
+        shown = {**masked_job_dict(job), "signals": [signal_dict(s) for s in signals]}
+        if kin is not None:  # a child, or a parent: its family (docs/workflows.md)
+            shown.update(kin)
+        echo_json(shown)
         return
     out = console()
-    render_job(out, job, full_tracebacks=full_tracebacks)
+    render_job(out, job, full_tracebacks=full_tracebacks, family=kin)
     if signals:
         out.print(signals_table(signals))
 
@@ -159,7 +165,7 @@ def stats(as_json: bool, store_url: str | None) -> None:
 def cancel(key: str, actor: str | None, reason: str | None, as_json: bool, store_url: str | None) -> None:
     """Cancel a job: a waiting one at once; a running one is asked to stop (its ctx.cancelled turns
     true) and the cancel is recorded when its attempt ends. The job's event records who (--actor)
-    and why (--reason).
+    and why (--reason). Its child jobs that have not ended are cancelled too (docs/workflows.md).
 
     With --json it prints {"key", "outcome", "state", "actor", "reason"}; outcome is cancelled,
     requested (running: asked to stop) or finished (it had already ended: nothing changed).

@@ -53,6 +53,7 @@ from firesafe.masking import mask, mask_text, redact_url
 from firesafe.sanitize import for_log
 from firesafe.signals.signals import WAIT_PREFIX
 from firesafe.states import State
+from firesafe.steps.children import family
 from firesafe.store import check_schema
 from firesafe.store.base import DeadFilter, JobFilter
 from firesafe.store.queries import latest_version
@@ -423,6 +424,7 @@ class Dashboard:
         d = job.as_dict(with_trace=False)
         return self.render(
             request, "job.html", page="jobs", job=job, now=self.app.store.now(), signals=signals, awaited=awaited,
+            family=family(self.app.store, job),
             arguments=job.masked_arguments(), result=mask(job.result), trace=list(reversed(trace)),
             hidden_attempts=len(attempts) - len(trace), steps=steps, steps_note=steps_note,
             events=list(reversed(job.events)), created=d["created_at"],

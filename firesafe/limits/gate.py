@@ -116,9 +116,10 @@ def retry_after_seconds(error: BaseException | None, http_seconds: float | None)
 
 
 def _is_sleep(error: BaseException) -> bool:
+    from firesafe.errors import WaitingForChildren
     from firesafe.steps.steps import DurableSleep
 
-    return isinstance(error, DurableSleep)
+    return isinstance(error, DurableSleep | WaitingForChildren)
 
 
 def outcome_of(fin: FinishParams) -> str:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from firesafe.errors import Cancelled, Permanent, RetryAfter
+from firesafe.errors import Cancelled, Permanent, RetryAfter, WaitingForChildren
 from firesafe.retries.backoff import Backoff
 from firesafe.states import Outcome, State
 
 #: How often a job may defer itself (``RetryAfter``, a limiter) before a deferral counts as a failure.
 DEFAULT_MAX_DEFERRALS = 100
+#: The reason of a job parked until its children end: the store wakes it when their count reaches 0.
+CHILDREN = "children"
 #: How many times a job may lose its worker (killed mid-attempt) before it goes dead as ``worker_lost``.
 DEFAULT_MAX_LOST = 3
 
@@ -75,7 +77,9 @@ def decide(
     if isinstance(error, Cancelled):
         return Decision(State.CANCELLED, Outcome.CANCELLED, reason="cancelled")
     if isinstance(error, RetryAfter) and budget.deferrals < budget.max_deferrals:
-        return Decision(State.SCHEDULED, Outcome.DEFERRED, delay=error.seconds, deferred=True)
+        # A job that waits for its children parks with reason "children": the store wakes it early.
+        return Decision(State.SCHEDULED, Outcome.DEFERRED, delay=error.seconds, deferred=True,
+                        reason=CHILDREN if isinstance(error, WaitingForChildren) else None)
     if isinstance(error, Permanent) or (give_up_on and isinstance(error, give_up_on)):
         return Decision(State.DEAD, Outcome.FAILED, reason="permanent")
     return _retry_or_die(budget, Outcome.FAILED, backoff, draw)

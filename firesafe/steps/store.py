@@ -5,10 +5,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
+from firesafe.states import State
 from firesafe.store.base import StepRecord
 from firesafe.store.driver import StorePart
+
+if TYPE_CHECKING:
+    from firesafe.store.contract import MoveStore
 
 
 class StepsPart(StorePart):
@@ -30,6 +34,7 @@ class StepsPart(StorePart):
         with self._tx() as c:
             if c.execute(self.q["job_rerun"], self._rerun_params(job_id, now)).rowcount != 1:
                 return False
+            self._recount(c, "job_replay", [job_id], now)  # a child counts on its parent again
             forgotten = 0
             if from_position is not None:
                 forgotten = c.execute(self.q["step_delete_from"], {"job_id": job_id, "position": from_position}
@@ -39,6 +44,12 @@ class StepsPart(StorePart):
                                                                      "steps_forgotten": forgotten,
                                                                      **({"reason": reason} if reason is not None
                                                                         else {})})})
+        # A parent's children that died or were cancelled run again (and theirs: the replay cascades);
+        # those that succeeded are reused.
+        kids = [int(r["id"]) for r in self._read("job_children_ids", {
+            "ids": self._list([job_id]), "states": self._list([str(State.DEAD), str(State.CANCELLED)])})]
+        if kids:
+            cast("MoveStore", self).job_replay_many(kids, actor, reason)
         return True
 
     def _rerun_params(self, job_id: int, now: float | None) -> dict[str, Any]:

@@ -65,6 +65,9 @@ class FinishParams:
     traceback: str | None = None
     reason: str | None = None
     detail: str | None = None  # JSON, for the trace entry
+    #: The job's parent (``Job.parent_id``): a finish that ends a child counts it off its parent's
+    #: children, in the same transaction. None for a job without one (no extra work).
+    parent_id: int | None = None
 
 
 def released(claimed: Claimed, why: str) -> FinishParams:
@@ -157,6 +160,9 @@ class Pending:
     suspects: int = 0  # runnable jobs that lost a worker before (run alone)
 
 
+#: How far down a tree of children a cancel or a replay reaches.
+_MAX_DEPTH = 32
+
 #: A cursor past every dead job: the first page of ``Store.dead_list``.
 _FIRST_PAGE = (float("inf"), 2**62)
 
@@ -242,8 +248,30 @@ class MovesByQuery:
     def _move_many(self, query: str, kind: str, ids: Sequence[int], actor: str, detail: str | None) -> list[int]:
         raise NotImplementedError
 
+    def _children_ids(self, ids: Sequence[int], states: Sequence[State]) -> list[int]:
+        """The children of ``ids`` in one of ``states`` (the children part: firesafe/store/children.py)."""
+        raise NotImplementedError
+
+    def _cascade(self, moves: Sequence[tuple[str, str, tuple[State, ...]]], parents: Sequence[int], actor: str,
+                 reason: str | None) -> None:
+        """Apply ``moves`` (query, event kind, the states it moves children from) to the children of
+        ``parents``, then to theirs, down the tree (a parent's move reaches its whole family)."""
+        detail = event_detail(reason, cascade=True)
+        for _ in range(_MAX_DEPTH):
+            moved: list[int] = []
+            for query, kind, states in moves:
+                kids = self._children_ids(parents, states)
+                moved += self._move_many(query, kind, kids, actor, detail) if kids else []
+            if not moved:
+                return
+            parents = moved
+
     def job_replay_many(self, ids: Sequence[int], actor: str, reason: str | None = None) -> list[int]:
-        return self._move_many("job_replay", "replayed", ids, actor, event_detail(reason))
+        moved = self._move_many("job_replay", "replayed", ids, actor, event_detail(reason))
+        # A replayed parent's children that succeeded are reused; those that died or were cancelled
+        # run again (its wait then finds them waiting).
+        self._cascade([("job_replay", "replayed", (State.DEAD, State.CANCELLED))], moved, actor, reason)
+        return moved
 
     def job_discard_many(self, ids: Sequence[int], actor: str, reason: str | None = None) -> list[int]:
         return self._move_many("job_discard", "discarded", ids, actor, event_detail(reason))
@@ -251,7 +279,13 @@ class MovesByQuery:
     def job_cancel(self, job_id: int, actor: str, reason: str | None = None) -> str:
         detail = event_detail(reason)
         if self._move_many("job_cancel_waiting", "cancelled", [job_id], actor, detail):
-            return "cancelled"
-        if self._move_many("job_cancel_running", "cancel_requested", [job_id], actor, detail):
-            return "requested"
-        return "finished"
+            outcome = "cancelled"
+        elif self._move_many("job_cancel_running", "cancel_requested", [job_id], actor, detail):
+            outcome = "requested"
+        else:
+            outcome = "finished"
+        # Its children that have not ended are cancelled too (asked to stop, if running), whatever
+        # the parent's own state: cancelling it again finishes a cascade that was interrupted.
+        self._cascade([("job_cancel_waiting", "cancelled", (State.QUEUED, State.SCHEDULED)),
+                       ("job_cancel_running", "cancel_requested", (State.RUNNING,))], [job_id], actor, reason)
+        return outcome

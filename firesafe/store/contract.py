@@ -331,6 +331,39 @@ class SignalStore(Protocol):
 
 
 @runtime_checkable
+class ChildStore(Protocol):
+    """Child jobs (docs/workflows.md): a job spawns others and waits for them without holding a worker.
+
+    A parent's row counts its children that have not ended; each finish, rescue or cancel that ends
+    a child lowers it in the same transaction, and the decrement that reaches 0 wakes the parent if
+    it is parked for its children (a ``WaitingForChildren`` deferral, reason ``children``). A replay
+    or rerun of a child raises the count again; a replay or rerun of a parent replays its children
+    that died or were cancelled; a cancel of a parent cancels its children that have not ended.
+    """
+
+    def job_spawn_many(self, parent_id: int, token: str, items: Sequence[InsertParams],
+                       step: str | None = None) -> list[Job] | None:
+        """Insert children of a running job, at most one per key, and count the new ones on it, in
+        one transaction fenced on the parent's lease: None (nothing written) if the attempt no longer
+        holds it. A key already stored as a child of this parent returns that child (a repeated
+        spawn is a no-op); a key taken by any other job raises InvalidInput and inserts nothing."""
+        ...
+
+    def job_children_counts(self, parent_id: int) -> dict[str, int]:
+        """``{state: count}`` of a job's children."""
+        ...
+
+    def job_children(self, parent_id: int, state: State | str | None = None, after: int = 0,
+                     limit: int = 100) -> list[Job]:
+        """A page of a job's children in spawn order (id above ``after``), optionally of one state."""
+        ...
+
+    def job_get_by_id(self, job_id: int) -> Job | None:
+        """One job by id (a child's ``parent_id``), without its trace."""
+        ...
+
+
+@runtime_checkable
 class AlertStore(Protocol):
     """The alerts outbox, grouping, deliveries and rules (records: :mod:`firesafe.alerts.store`).
 
@@ -594,7 +627,8 @@ class AuditStore(Protocol):
 
 
 @runtime_checkable
-class Store(StoreBasics, JobStore, MoveStore, LeaseStore, StepStore, SignalStore, AlertStore, ScheduleStore,
+class Store(StoreBasics, JobStore, MoveStore, LeaseStore, StepStore, SignalStore, ChildStore, AlertStore,
+            ScheduleStore,
             InboxStore, LimiterStore, DashboardStore, AuditStore, Protocol):
     """One store of jobs: every part above. Implementations: :class:`~firesafe.stores.sqlite.SQLiteStore`,
     :class:`~firesafe.stores.postgres.PostgresStore`."""
@@ -632,11 +666,11 @@ class ListenStore(Store, Protocol):
 #: The parts of the contract, by name (the contract suite checks each store against each).
 PARTS: dict[str, type] = {
     "basics": StoreBasics, "jobs": JobStore, "moves": MoveStore, "leases": LeaseStore, "steps": StepStore,
-    "signals": SignalStore,
+    "signals": SignalStore, "children": ChildStore,
     "alerts": AlertStore, "schedules": ScheduleStore, "inbox": InboxStore, "limits": LimiterStore,
     "dashboard": DashboardStore, "audit": AuditStore,
 }
 
-__all__ = ["PARTS", "AlertStore", "AuditStore", "DashboardStore", "InboxStore", "JobStore", "LeaseStore",
-           "LimiterStore", "ListenStore", "Listening", "MoveStore", "ScheduleStore", "SignalStore", "StepStore",
-           "Store", "StoreBasics"]
+__all__ = ["PARTS", "AlertStore", "AuditStore", "ChildStore", "DashboardStore", "InboxStore", "JobStore",
+           "LeaseStore", "LimiterStore", "ListenStore", "Listening", "MoveStore", "ScheduleStore", "SignalStore",
+           "StepStore", "Store", "StoreBasics"]

@@ -58,6 +58,11 @@ class StoreDriver(Protocol):
         """Run a named write once per row on ``c`` (a ``_tx`` connection), batched as the dialect can."""
         ...
 
+    def _recount(self, c: Any, query: str, moved: Sequence[int], now: float | None) -> None:
+        """After a move of jobs in transaction ``c`` (``job_replay``: back to queued; ``job_cancel_waiting``:
+        ended), keep their parents' counts of children (firesafe/store/children.py)."""
+        ...
+
     def _list(self, values: Iterable[Any]) -> Any:
         """A list as one query parameter: JSON text on SQLite (its queries read it with ``json_each``),
         an array on PostgreSQL."""

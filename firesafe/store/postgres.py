@@ -49,7 +49,7 @@ from firesafe.clock import Clock
 from firesafe.errors import ConfigError, InvalidInput, StoreDataError, StoreError
 from firesafe.models import Job, attempt_from_row, event_from_row
 from firesafe.sanitize import for_store
-from firesafe.states import State
+from firesafe.states import FINISHED, State
 from firesafe.store import queries
 from firesafe.store.base import (
     Claimed,
@@ -69,6 +69,7 @@ from firesafe.store.base import (
     dedupe_batch,
     in_batch_order,
 )
+from firesafe.store.children import ChildrenCommon
 from firesafe.store.common import CoreCommon
 from firesafe.store.dashboard_queries import DashboardQueries
 
@@ -432,7 +433,7 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
+class PostgresCore(CoreCommon, ChildrenCommon, DashboardQueries, MovesByQuery):
     """The core of the :class:`~firesafe.store.contract.Store` (and
     :class:`~firesafe.store.contract.ListenStore`) in a PostgreSQL schema: jobs, attempts, events, leases,
     LISTEN/NOTIFY and the dashboard's reads. :class:`firesafe.stores.PostgresStore` adds each part's storage."""
@@ -841,6 +842,9 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
         check_existing(unique, stored)  # raises: the caller rolls this batch back
         return stored
 
+    def _insert_in(self, c: psycopg.Connection[Any], unique: list[InsertParams]) -> dict[str, Job]:
+        return self._insert(c, unique, prepare=None, pipeline=True)
+
     def _insert(self, c: psycopg.Connection[Any], unique: list[InsertParams], *, prepare: bool | None,
                 pipeline: bool) -> dict[str, Job]:
         """Run :meth:`_insert_plan` on ``c``; large batches of the store's own are pipelined."""
@@ -1031,6 +1035,9 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
                 c.execute(self.q["plan_generic"])
                 finished = c.execute(self.q["job_finish"], params)
                 self._outbox_dead(c, [i.job_id for i in once if i.state == State.DEAD], params["now"])
+                # Children that ended, counted off their parents (idempotent: an item this batch did
+                # not apply changes nothing); a batch without children sends nothing more.
+                self._settle(c, [i.job_id for i in once if i.parent_id is not None], params["now"])
                 claimed.execute(self._claim_sql(claim), self._claim_params(claim, token))
             applied = {r["id"] for r in finished.fetchall()}
             rows = claimed.fetchall()
@@ -1042,8 +1049,16 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
             return []
         # Alerts: jobs going dead get their dead_letter event in the same transaction (invariant 4).
         once, firsts = _once_each(items)
-        rows = self._write_with_outbox("job_finish", self._finish_params(once),
-                                       [i.job_id for i in once if i.state == State.DEAD])
+        params = self._finish_params(once)
+        dead = [i.job_id for i in once if i.state == State.DEAD]
+        children = [i.job_id for i in once if i.parent_id is not None]
+        if children:  # children that ended are counted off their parents in the same transaction
+            with self._conn() as c, c.transaction():
+                rows = c.execute(self.q["job_finish"], params).fetchall()
+                self._outbox_dead(c, dead, params["now"])
+                self._settle(c, children, params["now"])
+        else:
+            rows = self._write_with_outbox("job_finish", params, dead)
         return _applied_per_item(items, firsts, {r["id"] for r in rows})
 
     def _finish_params(self, items: Sequence[FinishParams]) -> dict[str, Any]:
@@ -1080,12 +1095,21 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
         if not items:
             return []
         once, firsts = _once_each(items)
-        rows = self._write_with_outbox("job_rescue", {
+        now = self._now()
+        params = {
             "job_id": _number_array([i.job_id for i in once]), "token": _text_array([i.token for i in once]),
             "seq": _number_array([i.seq for i in once]), "state": _text_array([i.state for i in once]),
             "delay": _number_array([i.delay for i in once]), "reason": _text_array([i.reason for i in once]),
-            "message": _text_array([i.message for i in once]), "now": self._now()},
-            [i.job_id for i in once if i.state == State.DEAD])  # alerts: see job_finish_many
+            "message": _text_array([i.message for i in once]), "now": now}
+        dead = [i.job_id for i in once if i.state == State.DEAD]  # alerts: see job_finish_many
+        ended = [i.job_id for i in once if i.state in FINISHED]
+        if ended:  # a child that ended is counted off its parent in the same transaction
+            with self._conn() as c, c.transaction():
+                rows = c.execute(self.q["job_rescue"], params).fetchall()
+                self._outbox_dead(c, dead, now)
+                self._settle(c, [r["id"] for r in rows], now)
+        else:
+            rows = self._write_with_outbox("job_rescue", params, dead)
         return _applied_per_item(items, firsts, {r["id"] for r in rows})
 
     @staticmethod
@@ -1107,8 +1131,15 @@ class PostgresCore(CoreCommon, DashboardQueries, MovesByQuery):
     def _move_many(self, query: str, kind: str, ids: Sequence[int], actor: str, detail: str | None) -> list[int]:
         if not ids:
             return []
-        rows = self._write(query, {"ids": _number_array(ids), "kind": kind, "actor": actor, "detail": detail,
-                                   "now": self._now(), "channel": self.channel})
+        now = self._now()
+        params = {"ids": _number_array(ids), "kind": kind, "actor": actor, "detail": detail, "now": now,
+                  "channel": self.channel}
+        if query in ("job_cancel_waiting", "job_replay"):  # moves that end children or put them back
+            with self._conn() as c, c.transaction():
+                rows = c.execute(self.q[query], params).fetchall()
+                self._recount(c, query, [r["id"] for r in rows], now)
+        else:
+            rows = self._write(query, params)
         moved = {r["id"] for r in rows}
         return [i for i in ids if i in moved]
 

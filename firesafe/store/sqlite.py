@@ -23,7 +23,7 @@ from firesafe.clock import Clock, SystemClock
 from firesafe.errors import OtherTables, StoreDataError, StoreError
 from firesafe.models import Job, attempt_from_row, claim_rank, event_from_row
 from firesafe.sanitize import for_store
-from firesafe.states import Outcome, State
+from firesafe.states import FINISHED, Outcome, State
 from firesafe.store import queries
 from firesafe.store.base import (
     Claimed,
@@ -43,6 +43,7 @@ from firesafe.store.base import (
     dedupe_batch,
     in_batch_order,
 )
+from firesafe.store.children import ChildrenCommon
 from firesafe.store.common import CoreCommon
 from firesafe.store.dashboard_queries import DashboardQueries
 
@@ -93,7 +94,7 @@ def _refused(exc: Exception, path: str) -> StoreDataError:
     return err
 
 
-class SQLiteCore(CoreCommon, DashboardQueries, MovesByQuery):
+class SQLiteCore(CoreCommon, ChildrenCommon, DashboardQueries, MovesByQuery):
     """The core of the :class:`~firesafe.store.contract.Store` in one SQLite file: jobs, attempts, events,
     leases and the dashboard's reads. :class:`firesafe.stores.SQLiteStore` adds each part's storage."""
 
@@ -366,28 +367,40 @@ class SQLiteCore(CoreCommon, DashboardQueries, MovesByQuery):
         if conn is not None:
             raise StoreError("enqueue(conn=...) joins a PostgreSQL transaction; the SQLite store has none to join")
         unique = dedupe_batch(items)
-        now = self.now()
-        keys = json.dumps([i.key for i in unique])
         with self._tx() as c:
-            before = c.execute(Q["job_max_id"]).fetchone()[0]
-            c.executemany(Q["job_insert"], [
-                {"key": i.key, "name": i.name, "queue": i.queue, "fingerprint": i.fingerprint,
-                 "payload": i.payload, "arg_names": i.arg_names, "max_attempts": i.max_attempts,
-                 "run_at": i.run_at, "delay": i.delay, "now": now, "trace_context": i.trace_context,
-                 "priority": i.priority}
-                for i in unique
-            ])
-            stored: dict[str, Job] = {}
-            for row in _dicts(c, Q["job_by_keys"], {"keys": keys}):
-                job = Job.from_row(row)
-                job.created = row["id"] > before
-                stored[job.key] = job
-            if len(stored) < len(unique):  # reserved: their jobs' history was pruned
-                unseen = json.dumps([i.key for i in unique if i.key not in stored])
-                for row in _dicts(c, Q["reserved_by_keys"], {"keys": unseen}):
-                    stored[row["key"]] = Job.from_reserved_row(row)
-            check_existing(unique, stored)  # raises: the rollback drops this batch's rows
+            stored = self._insert_in(c, unique)
         return in_batch_order(items, stored)
+
+    def _insert_in(self, c: sqlite3.Connection, unique: list[InsertParams]) -> dict[str, Job]:
+        now = self.now()
+        before = c.execute(Q["job_max_id"]).fetchone()[0]
+        c.executemany(Q["job_insert"], [
+            {"key": i.key, "name": i.name, "queue": i.queue, "fingerprint": i.fingerprint,
+             "payload": i.payload, "arg_names": i.arg_names, "max_attempts": i.max_attempts,
+             "run_at": i.run_at, "delay": i.delay, "now": now, "trace_context": i.trace_context,
+             "priority": i.priority}
+            for i in unique
+        ])
+        stored: dict[str, Job] = {}
+        for row in _dicts(c, Q["job_by_keys"], {"keys": json.dumps([i.key for i in unique])}):
+            job = Job.from_row(row)
+            job.created = row["id"] > before
+            stored[job.key] = job
+        if len(stored) < len(unique):  # reserved: their jobs' history was pruned
+            unseen = json.dumps([i.key for i in unique if i.key not in stored])
+            for row in _dicts(c, Q["reserved_by_keys"], {"keys": unseen}):
+                stored[row["key"]] = Job.from_reserved_row(row)
+        check_existing(unique, stored)  # raises: the rollback drops this batch's rows
+        return stored
+
+    def _note_woken(self, c: sqlite3.Connection, ids: Sequence[int], now: float | None) -> None:
+        for job_id in ids:
+            c.execute(Q["event_insert"], {"job_id": job_id, "now": now, "kind": "woken", "actor": "children",
+                                          "detail": None})
+
+    def _note_spawned(self, c: sqlite3.Connection, parent_id: int, detail: str, now: float | None) -> None:
+        c.execute(Q["event_insert"], {"job_id": parent_id, "now": now, "kind": "spawned", "actor": "job",
+                                      "detail": detail})
 
     def job_get(self, key: str, *, full: bool = False) -> Job | None:
         rows = self._read("job_by_key", {"key": key})
@@ -442,6 +455,9 @@ class SQLiteCore(CoreCommon, DashboardQueries, MovesByQuery):
             # Alerts of jobs that went dead, in this same transaction (invariant 4: an outbox).
             self._outbox_dead(c, [it.job_id for it, ok in zip(items, applied, strict=True)
                                   if ok and it.state == State.DEAD], now)
+            # Children that ended are counted off their parents here too (nothing to do without one).
+            self._settle(c, [it.job_id for it, ok in zip(items, applied, strict=True)
+                             if ok and it.parent_id is not None], now)
         return applied
 
     def job_heartbeat_many(self, items: Sequence[tuple[int, str]], lease: float) -> dict[int, bool]:
@@ -483,6 +499,8 @@ class SQLiteCore(CoreCommon, DashboardQueries, MovesByQuery):
                 applied.append(ok)
             self._outbox_dead(c, [it.job_id for it, ok in zip(items, applied, strict=True)
                                   if ok and it.state == State.DEAD], now)  # alerts: see job_finish_many
+            self._settle(c, [it.job_id for it, ok in zip(items, applied, strict=True)
+                             if ok and it.state in FINISHED], now)  # a child that ended: see _finish
         return applied
 
     @staticmethod
@@ -507,6 +525,7 @@ class SQLiteCore(CoreCommon, DashboardQueries, MovesByQuery):
                     c.execute(Q["event_insert"], {"job_id": job_id, "now": now, "kind": kind, "actor": actor,
                                                   "detail": detail})
                     moved.append(job_id)
+            self._recount(c, query, moved, now)
         return moved
 
     def job_delete_finished(self, state: State, older_than: float, limit: int = 1000) -> int:

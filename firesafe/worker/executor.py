@@ -154,6 +154,14 @@ def conclude(claimed: Claimed, jobdef: JobDef, res: AttemptResult, draw: float, 
              cancel_requested: bool = False, detail: dict[str, Any] | None = None) -> FinishParams:
     """What to save for an attempt that ended as ``res`` (pure). Never raises: an attempt whose
     error defeats the recording of it is recorded as failed with a message saying so."""
+    fin = _conclude(claimed, jobdef, res, draw, cancel_requested, detail)
+    if claimed.job.parent_id is not None:  # a child: its end is counted off its parent's children
+        fin.parent_id = claimed.job.parent_id
+    return fin
+
+
+def _conclude(claimed: Claimed, jobdef: JobDef, res: AttemptResult, draw: float, cancel_requested: bool,
+              detail: dict[str, Any] | None) -> FinishParams:
     job = claimed.job
     if res.error is None and not res.timed_out:  # it returned: succeeded (decide's answer, without asking)
         result = res.result_json
@@ -228,7 +236,8 @@ def unknown_job(claimed: Claimed) -> FinishParams:
     job = claimed.job
     msg = f"no job named {job.name!r} is registered in this worker's app"
     return FinishParams(job_id=job.id, token=claimed.token, seq=job.runs, state=State.DEAD,
-                        outcome=Outcome.FAILED, error_type="UnknownJob", message=msg, reason="unknown_job")
+                        outcome=Outcome.FAILED, error_type="UnknownJob", message=msg, reason="unknown_job",
+                        parent_id=job.parent_id)
 
 
 def undecodable(claimed: Claimed) -> FinishParams:
@@ -238,7 +247,7 @@ def undecodable(claimed: Claimed) -> FinishParams:
     msg = for_store(f"the job's stored arguments cannot be read, so it cannot run: {job.unreadable}")
     return FinishParams(job_id=job.id, token=claimed.token, seq=job.runs, state=State.DEAD,
                         outcome=Outcome.FAILED, error_type="UndecodablePayload", message=msg,
-                        reason="undecodable_payload")
+                        reason="undecodable_payload", parent_id=job.parent_id)
 
 
 def escaped_ascii(fin: FinishParams) -> FinishParams:

@@ -30,7 +30,7 @@ SOAK = os.environ.get("FIRESAFE_SOAK") == "1"
 
 #: The effects each job of the drill app applies, by job name (one idempotency key per step).
 EFFECTS = {"pay": ("pay",), "transfer": ("debit", "credit"), "long": ("long",), "broken": ("broken",),
-           "poison": ()}
+           "poison": (), "fanout": ("announce",)}
 
 
 @dataclass

@@ -148,6 +148,15 @@ def build_app(store_url: str, folder: str | Path, *, lease: float = LEASE) -> Ap
         return {"n": n, "debit_applied": int(debit), "credit_applied": int(credit)}
 
     @app.job(max_attempts=5, backoff=FAST)
+    def fanout(ctx: Any, n: int, work: float = 0.0) -> int:
+        """Spawn ``n`` ``pay`` children in one step, wait for them without a worker, then apply one
+        effect of its own (a durable step) with the sum of their results."""
+        keys = ctx.spawn_many(pay, [[i, work] for i in range(n)])
+        total = sum(ctx.wait_children(keys))
+        ctx.step("announce", provider.apply, ctx.idempotency_key("announce"), ctx.job.key, ctx.job.run)
+        return total
+
+    @app.job(max_attempts=5, backoff=FAST)
     def long(ctx: Any, seconds: float, later: float | None = None) -> float:
         """A long job (``later`` seconds on runs after the first) that does not look at ctx.cancelled;
         its effect is its last act."""

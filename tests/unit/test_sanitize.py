@@ -97,7 +97,7 @@ class _JobDef:
 
 def claimed(args: list[Any] | None = None, attempt: int = 1) -> Claimed:
     values = [7, "k", "j", "default", "running", '{"args":[],"kwargs":{}}', None, attempt, 3, attempt, 0, 0, None,
-              0.0, 0.0, False, None, 0]
+              0.0, 0.0, False, None, 0, None]
     job = Job.from_claim_values(values, "w")
     job.args = args or []
     return Claimed(job, "token")
@@ -168,7 +168,7 @@ def test_a_value_holding_itself_is_refused_as_too_deep() -> None:
                                      '{"args":[' + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1) + "]}"])
 def test_a_claimed_row_whose_payload_does_not_decode_is_a_job_that_says_so(payload: str) -> None:
     row = dict(zip(CLAIMED_COLUMNS, [7, "k", "j", "default", "running", payload, '["x"]', 1, 3, 1, 0, 0, None,
-                                     0.0, 0.0, False, None, 0], strict=True))
+                                     0.0, 0.0, False, None, 0, None], strict=True))
     job = Job.from_claim_row(row, "w")
     assert (job.args, job.kwargs, job.arg_names) == ([], {}, [])
     assert job.unreadable is not None and job.unreadable.startswith("arguments: ")
@@ -180,7 +180,7 @@ def test_a_claimed_row_whose_payload_does_not_decode_is_a_job_that_says_so(paylo
 def test_a_row_nested_up_to_the_cap_reads_and_one_past_it_reads_as_unreadable() -> None:
     def row(payload: str) -> dict[str, Any]:
         return dict(zip(CLAIMED_COLUMNS, [7, "k", "j", "default", "running", payload, None, 1, 3, 1, 0, 0, None,
-                                          0.0, 0.0, False, None, 0], strict=True))
+                                          0.0, 0.0, False, None, 0, None], strict=True))
 
     at_cap = Job.from_claim_row(row('{"args":[' + "[" * MAX_DEPTH + "]" * MAX_DEPTH + "]}"), "w")
     assert at_cap.unreadable is None and at_cap.args == [nested(MAX_DEPTH)]

@@ -71,7 +71,8 @@ def test_a_claimed_job_is_built_alike_from_a_mapping_and_from_values_and_its_pay
     row = {"id": 7, "key": "k", "name": "work", "queue": "default", "state": "running",
            "payload": '{"args":[1,"two",null],"kwargs":{"x":1.5}}', "arg_names": '["a","b","c"]', "attempt": 2,
            "max_attempts": 3, "runs": 2, "deferrals": 0, "lost": 1, "run_at": 1.7e9, "created_at": 1.6e9,
-           "updated_at": 1.7e9, "cancel_requested": 0, "trace_context": None, "priority": 3}
+           "updated_at": 1.7e9, "cancel_requested": 0, "trace_context": None, "priority": 3,
+           "parent_id": None}
     a = Job.from_claim_row(row, "w1")
     b = Job.from_claim_values(tuple(row[c] for c in CLAIMED_COLUMNS), "w1")
     assert a == b

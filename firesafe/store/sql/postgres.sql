@@ -181,7 +181,7 @@ claimed AS (
     WHERE j.id = p.id
     RETURNING j.id, j.key, j.name, j.queue, j.state, j.payload, j.arg_names, j.attempt, j.max_attempts, j.runs,
               j.deferrals, j.lost, j.run_at, j.created_at, j.updated_at, j.cancel_requested, j.trace_context,
-              j.priority)
+              j.priority, j.parent_id)
 SELECT * FROM claimed ORDER BY run_at - 60.0::float8 * priority, run_at, id;
 
 -- name: plan_generic
@@ -196,6 +196,9 @@ SET LOCAL plan_cache_mode = force_generic_plan;
 -- End running attempts: each applies only if its job is still running under its lease token (fencing).
 -- PostgreSQL differs: the batch is one statement over arrays; it returns the ids that applied (the
 -- row count per item) and writes their trace entries (attempt_close's work) in the same statement.
+-- A job parking for its children (reason 'children') whose children have all ended meanwhile is due
+-- at once: its row is locked here, so a child's count-down (children.sql) runs before this, and this
+-- sees its count, or after, and wakes it (no wake-up is lost between the job's look and its park).
 WITH clock AS MATERIALIZED (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
 f AS MATERIALIZED (
@@ -208,9 +211,11 @@ f AS MATERIALIZED (
 done AS (
     UPDATE {schema}.firesafe_jobs j
     SET state = f.state, lease_token = NULL, lease_expires = NULL,
-        -- A deferral (a durable wait) after a signal came during the attempt is due now (0018_signals.sql).
+        -- A deferral (a durable wait) after a signal came during the attempt is due now (0018_signals.sql);
+        -- so is a parent parked for children that all ended meanwhile (0019_children.sql).
         run_at = CASE WHEN f.delay IS NULL THEN j.run_at
                       WHEN f.given_back = 1 AND j.signaled_at >= j.started_at THEN c.now
+                      WHEN f.reason = 'children' AND j.children_pending <= 0 THEN c.now
                       ELSE c.now + f.delay END,
         attempt = j.attempt - f.given_back, deferrals = j.deferrals + f.given_back,
         result = coalesce(f.result, j.result),

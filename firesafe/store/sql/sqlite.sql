@@ -69,15 +69,20 @@ WHERE id IN (
     ORDER BY run_at - 60.0 * priority, run_at, id
     LIMIT :limit)
 RETURNING id, key, name, queue, state, payload, arg_names, attempt, max_attempts, runs, deferrals, lost, run_at,
-          created_at, updated_at, cancel_requested, trace_context, priority;
+          created_at, updated_at, cancel_requested, trace_context, priority, parent_id;
 
 -- name: job_finish
--- End a running attempt: only if the job is still running under this lease token (fencing).
+-- End a running attempt: only if the job is still running under this lease token (fencing). A job
+-- parking for its children (reason 'children') whose children have all ended meanwhile is due at once
+-- (the count-down that ended the last one found it still running: see children.sql).
 UPDATE firesafe_jobs
 SET state = :state, lease_token = NULL, lease_expires = NULL,
-    -- A deferral (a durable wait) after a signal came during the attempt is due now (0018_signals.sql).
+    -- A deferral (a durable wait) after a signal came during the attempt is due now (0018_signals.sql);
+    -- so is a parent parked for children that all ended meanwhile (0019_children.sql).
     run_at = CASE WHEN :delay IS NULL THEN run_at
-                  WHEN :given_back = 1 AND signaled_at >= started_at THEN :now ELSE :now + :delay END,
+                  WHEN :given_back = 1 AND signaled_at >= started_at THEN :now
+                  WHEN :reason = 'children' AND children_pending <= 0 THEN :now
+                  ELSE :now + :delay END,
     attempt = attempt - :given_back, deferrals = deferrals + :given_back,
     result = coalesce(:result, result),
     error_type = coalesce(:error_type, error_type), error_message = coalesce(:message, error_message),
