@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from firesafe.clock import Clock
@@ -68,6 +70,7 @@ class App:
 
     def __init__(self, store: str | Store | None = None, *, clock: Clock | None = None, lease: float = 30.0,
                  auto_migrate: bool = True, retention: Retention | None = None, prune_interval: float = 60.0,
+                 prune_pace: float = 0.25,
                  max_payload: int | None = None, store_options: Mapping[str, Any] | None = None,
                  alerts: Sequence[Any] | None = None, mask: Mask | None = None,
                  hooks: Sequence[Hook] | None = None) -> None:
@@ -92,6 +95,11 @@ class App:
         #: Per final state, when the last job whose key :meth:`prune` recorded finished.
         self._reserved_up_to: dict[State, float] = {}
         self.prune_interval = prune_interval
+        if not 0.01 <= prune_pace <= 1.0:
+            raise ConfigError(f"prune_pace must be from 0.01 to 1 (the share of the time a worker's pruner works), "
+                              f"not {prune_pace!r}")
+        #: The share of the time a worker's pruner spends working (docs/operations.md).
+        self.prune_pace = prune_pace
         from firesafe.idempotency.keys import MAX_PAYLOAD_BYTES
 
         self.max_payload = max_payload or MAX_PAYLOAD_BYTES
@@ -386,15 +394,47 @@ class App:
         return [{"name": s.name, "position": s.position, "result": json.loads(s.result) if s.result else None,
                  "run": s.run_seq} for s in self.store.step_list(job.id)]
 
-    def prune(self, leader: str | None = None) -> dict[str, int]:
+    def prune(self, leader: str | None = None, *, pace: float = 1.0,
+              stop: threading.Event | None = None) -> dict[str, int]:
         """Delete the history of finished jobs older than their retention, keeping a compact record
         of each key still within ``Retention.keys`` (its job's row goes once that record has been
         committed for ``RESERVE_SETTLE`` seconds), and free the keys older than that. Returns the
-        jobs deleted per state and ``keys_freed``, the reserved keys freed."""
+        jobs deleted per state and ``keys_freed``, the reserved keys freed.
+
+        ``leader``: prune only while holding the ``pruner`` lease under this name (one process of the
+        fleet at a time; returns ``{}`` if another holds it). ``pace``: the share of the time spent
+        working, from 0.01 to 1; after each batch of ``PRUNE_BATCH`` rows it pauses so as to keep to
+        it (a worker's pruner runs at ``App(prune_pace=...)``). ``stop``: an event that ends the
+        prune between two batches."""
+        if not 0.01 <= pace <= 1.0:
+            raise InvalidInput(f"pace must be from 0.01 to 1 (the share of the time spent pruning), not {pace!r}")
         store = self.store
-        if leader is not None and not store.leader_acquire("pruner", leader, max(self.prune_interval * 2, 30)):
+        ttl = max(self.prune_interval * 2, 30.0)
+        if leader is not None and not store.leader_acquire("pruner", leader, ttl):
             return {}
-        keys = self.retention.keys
+        renewed = time.monotonic()
+
+        def go_on(work: Callable[[], int]) -> int:
+            """Run one batch, then pause to keep to the pace (and renew the lease); 0 once stopped."""
+            nonlocal renewed
+            if stop is not None and stop.is_set():
+                return 0
+            began = time.monotonic()
+            done = work()
+            ended = time.monotonic()
+            if leader is not None and ended - renewed > ttl / 3:
+                if not store.leader_acquire("pruner", leader, ttl):
+                    return 0  # another process prunes now
+                renewed = ended
+            if pace < 1.0 and done:
+                pause = (ended - began) * (1.0 / pace - 1.0)
+                if stop is not None:
+                    stop.wait(pause)
+                else:
+                    time.sleep(pause)
+            return done
+
+        keys, batch = self.retention.keys, self.PRUNE_BATCH
         removed = {}
         for state, age in ((State.SUCCEEDED, self.retention.succeeded), (State.CANCELLED, self.retention.cancelled),
                            (State.DEAD, self.retention.dead)):
@@ -402,18 +442,21 @@ class App:
             if keys > age:  # keep the keys reserved past the history: records first, rows later
                 # From where the last prune of this process stopped: the jobs before it have their
                 # records (one that finished behind it keeps its row until Retention.keys, no less).
-                after = self._reserved_up_to.get(state)
-                while batch := store.job_reserve_finished(state, age, keys, after, self.PRUNE_BATCH):
-                    after = self._reserved_up_to[state] = batch[-1][0]
-                    if len(batch) < self.PRUNE_BATCH:
-                        break
-                while (n := store.job_delete_reserved(state, age, RESERVE_SETTLE, self.PRUNE_BATCH)) > 0:
+                def reserve(state: State = state, age: float = age) -> int:
+                    got = store.job_reserve_finished(state, age, keys, self._reserved_up_to.get(state), batch)
+                    if got:
+                        self._reserved_up_to[state] = got[-1][0]
+                    return len(got)
+
+                while go_on(reserve) == batch:
+                    pass
+                while (n := go_on(partial(store.job_delete_reserved, state, age, RESERVE_SETTLE, batch))) > 0:
                     total += n
-            while (n := store.job_delete_finished(state, max(age, keys), self.PRUNE_BATCH)) > 0:
+            while (n := go_on(partial(store.job_delete_finished, state, max(age, keys), batch))) > 0:
                 total += n
             removed[str(state)] = total
         freed = 0
-        while (n := store.reserved_delete_expired(keys, self.PRUNE_BATCH)) > 0:
+        while (n := go_on(partial(store.reserved_delete_expired, keys, batch))) > 0:
             freed += n
         removed["keys_freed"] = freed
         return removed

@@ -49,6 +49,7 @@ from firesafe.worker.completer import Completer, Meta
 from firesafe.worker.pipeline import DEFAULT_DEPTH
 from firesafe.worker.pool import Pool, Threads
 from firesafe.worker.prefetch import Prefetch, Waiting, claim_size
+from firesafe.worker.pruner import PrunerDuty
 from firesafe.worker.quarantine import Quarantine
 
 if TYPE_CHECKING:
@@ -174,8 +175,8 @@ class Worker:
         # Quarantine: one worker per queue set (a leader lease) runs suspects, alone.
         self.quarantine = Quarantine(self.store, self.queues, self.id, max(self.lease, 3 * self.rescue_interval),
                                      poll_interval, lambda: self.monotonic())
-        # When the loop's turns last heartbeat, rescued and pruned, and when a stopping loop gives up.
-        self._last_beat = self._last_rescue = self._last_prune = -math.inf
+        # When the loop's turns last heartbeat and rescued, and when a stopping loop gives up.
+        self._last_beat = self._last_rescue = -math.inf
         self._stop_at: float | None = None
         # The only path of outcomes to the store: the outcomes _flush collects wait in its outbox for
         # the next claim, saved in the same transaction (one commit a batch, not two), or on their own
@@ -259,6 +260,10 @@ class Worker:
         # Background duties (alert dispatch, ...) run in threads of their own: a slow one never
         # slows this loop.
         duties = self.app.start_duties(self) if self._leads else []
+        if self._leads:  # pruning: paced, in a thread of its own, one process of the fleet at a time
+            pruner = PrunerDuty(self.app, self.id)
+            pruner.start()
+            duties.append(pruner.stop)
         store_backoff = Backoff(base=0.5, factor=2.0, cap=15.0, jitter="equal")
         faults = 0
         log.info("worker %s started: queues=%s concurrency=%d prefetch=%s pipeline=%d%s", self.id,
@@ -304,8 +309,8 @@ class Worker:
         return self.stats
 
     def turn(self) -> Turn:
-        """One pass of the loop: take in the transactions that ended; heartbeat, rescue (and look for
-        suspects) and prune when due; save the outcomes that came back (or let them linger for the
+        """One pass of the loop: take in the transactions that ended; heartbeat and rescue (and look
+        for suspects) when due; save the outcomes that came back (or let them linger for the
         rest of their batch); conclude attempts past their timeout; claim what the free slots allow,
         with the outcomes in the same transaction; and say how long to wait for a wake-up. Stopping,
         it claims nothing and releases what the grace period did not see end. A store fault is
@@ -320,9 +325,6 @@ class Worker:
             self._rescue()
             self.quarantine.check()
             self._last_rescue = now
-        if now - self._last_prune >= self.app.prune_interval and self._leads:
-            self.app.prune()
-            self._last_prune = now
         lingering = self._linger()
         if not lingering:
             self._flush()

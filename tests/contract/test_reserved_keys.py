@@ -269,3 +269,89 @@ def test_two_prunes_at_once_record_each_key_once(store_url: str, clock) -> None:
     finally:
         for a in apps:
             a.close()
+
+
+def test_a_paced_prune_pauses_and_a_stopped_one_ends_between_batches(store_url: str, clock) -> None:
+    import threading
+
+    class Pauses(threading.Event):
+        """A stop event that notes each pause the prune takes (and does not sleep it)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.pauses: list[float] = []
+
+        def wait(self, timeout: float | None = None) -> bool:
+            self.pauses.append(float(timeout or 0.0))
+            return self.is_set()
+
+    app = App(store_url, clock=clock, retention=Retention(succeeded=HOUR, keys=HOUR))
+    try:
+        echo, _ = declare(app)
+        app.PRUNE_BATCH = 50
+        echo.enqueue_many([{"args": [i], "key": f"p{i}"} for i in range(300)])
+        app.work(burst=True, concurrency=16)
+        clock.advance(HOUR + 1)
+        stopped = Pauses()
+        stopped.set()
+        assert app.prune(pace=0.5, stop=stopped)["succeeded"] == 0  # stopped before the first batch
+        paced = Pauses()
+        assert app.prune(pace=0.2, stop=paced)["succeeded"] == 300
+        # One pause after each of the six batches that deleted rows (none after the empty last one),
+        # each four times as long as its batch took (a fifth of the time spent working).
+        assert len(paced.pauses) == 6 and all(p > 0 for p in paced.pauses), paced.pauses
+        flat_out = Pauses()
+        assert app.prune(pace=1.0, stop=flat_out) == {"succeeded": 0, "cancelled": 0, "dead": 0,
+                                                      "keys_freed": 0}
+        assert flat_out.pauses == []
+        with pytest.raises(InvalidInput, match="pace"):
+            app.prune(pace=0)
+    finally:
+        app.close()
+
+
+def test_one_process_prunes_at_a_time(store_url: str, clock) -> None:
+    a = App(store_url, clock=clock, retention=Retention(succeeded=HOUR, keys=HOUR))
+    b = App(store_url, clock=clock, retention=Retention(succeeded=HOUR, keys=HOUR))
+    try:
+        echo, _ = declare(a)
+        echo.enqueue(1, key="one")
+        a.work(burst=True)
+        clock.advance(HOUR + 1)
+        assert b.store.leader_acquire("pruner", "elsewhere", 60)
+        assert a.prune(leader="here") == {}  # another process holds the pruner's lease
+        clock.advance(61)
+        assert a.prune(leader="here")["succeeded"] == 1
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_running_worker_prunes_in_the_background(store_url: str, clock) -> None:
+    """A worker's pruner runs in a thread of its own, under the pruner lease, while the loop claims."""
+    import threading
+    import time
+
+    app = App(store_url, clock=clock, retention=Retention(succeeded=HOUR, keys=24 * HOUR), prune_interval=0.05)
+    echo, _ = declare(app)
+    echo.enqueue_many([{"args": [i], "key": f"bg{i}"} for i in range(20)])
+    app.work(burst=True)
+    clock.advance(HOUR + RESERVE_SETTLE + 2)
+    worker = app.worker(concurrency=2, poll_interval=0.02)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        # Records first (one prune), then, once they have settled, the rows (a later one).
+        while len(app.store.reserved_get([f"bg{i}" for i in range(20)])) < 20 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        clock.advance(RESERVE_SETTLE + 1)
+        while _rows(app) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _rows(app) == 0
+        assert echo.enqueue(3, key="bg3").pruned  # the key still answers from its record
+    finally:
+        worker.stop()
+        thread.join(30)
+        app.close()
+    assert not thread.is_alive()

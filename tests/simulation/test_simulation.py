@@ -194,30 +194,23 @@ def test_scenarios_are_drawn_from_their_seed() -> None:
 
 
 def test_the_simulation_runs_the_worker_loops_own_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given Worker.turn, the loop's body, counted (and what the loop does only through it: pruning)
-    from firesafe.app import App
+    # Given Worker.turn, the loop's body, counted
     from firesafe.worker import Worker
 
-    turns, prunes = Counter[str](), Counter[str]()
-    turn, prune = Worker.turn, App.prune
+    turns = Counter[str]()
+    turn = Worker.turn
 
     def counted_turn(self: Worker) -> object:
         turns[self.id] += 1
         return turn(self)
 
-    def counted_prune(self: App, leader: str | None = None) -> dict[str, int]:
-        prunes["prune"] += 1
-        return prune(self, leader)
-
     monkeypatch.setattr(Worker, "turn", counted_turn)
-    monkeypatch.setattr(App, "prune", counted_prune)
     # When a scenario of crashes, stalls and store faults runs
     result = run_seed(5, tmp_path)
-    # Then every turn of every simulated worker was the real loop's turn, and so were its duties
+    # Then every turn of every simulated worker was the real loop's turn
     assert result.ok, result.explain()
     assert sum(turns.values()) == result.stats["worker_turns"] > 0
     assert set(turns) == {f"sim:w{i + 1}" for i in range(result.stats["workers_started"])}
-    assert prunes["prune"] > 0  # a duty of the loop the simulation never names runs in it too
 
 
 def test_a_real_worker_runs_the_same_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
