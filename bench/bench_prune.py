@@ -13,9 +13,10 @@ Each cycle (``--cycles``, default 3), in one schema kept across the cycles:
    the keys of all the finished jobs and deletes their rows and trace, then idle again. The ratio
    is the rate while pruning over the mean of the two idle rates; the drain rates come from the
    jobs' own finish times;
-4. the worker stops (what it did not drain waits for the next cycle), ``VACUUM`` runs (as autovacuum
-   would) and the size of the jobs and attempts tables is read: if pruning left bloat, it grows cycle
-   after cycle. The reserved keys' table is read too: its bytes per key.
+4. a burst worker drains what is left and it is pruned too, so that every cycle ends with the same
+   rows (only the reserved keys' records); ``VACUUM`` runs (as autovacuum would) and the size of the
+   jobs and attempts tables is read: if pruning left bloat, it grows cycle after cycle. The reserved
+   keys' table is read too: its bytes per key.
 
     python bench/bench_prune.py                              # 1,000,000 per cycle, 3 cycles
     python bench/bench_prune.py --history 200000 --cycles 2   # a quicker run
@@ -77,8 +78,8 @@ SELECT id, 1, 1, 'bench:1:fill.0', started_at, finished_at, 'succeeded' FROM mad
 class Offset:
     """The pruner's clock: the real time plus an offset that the bench moves on (the settle wait)."""
 
-    def __init__(self) -> None:
-        self.offset = 0.0
+    def __init__(self, offset: float = 0.0) -> None:
+        self.offset = offset
 
     def now(self) -> float:
         return time.time() + self.offset
@@ -154,8 +155,7 @@ def run_cycle(cycle: int, schema: str, url: str, app: App, args: argparse.Namesp
         out["enqueued"] = max(0, need - waiting(conn, schema))
         enqueue(app, out["enqueued"], f"live:{cycle}:")
 
-        clock = Offset()
-        clock.offset = 2 * DAY  # every finished job is history to this pruner, the worker's too
+        clock = Offset(2 * DAY)  # every finished job is history to this pruner, the worker's too
         pruner = App(url_for(schema, "firesafe-prune"), clock=clock,
                      retention=Retention(succeeded=DAY, cancelled=DAY, dead=30 * DAY, keys=7 * DAY))
         result: dict[str, Any] = {}
@@ -220,6 +220,24 @@ def run_cycle(cycle: int, schema: str, url: str, app: App, args: argparse.Namesp
                     "ratio_deleting": rates["while_deleting"] / idle,
                     "pruned_per_s": deleted / (result["record_s"] + result["delete_s"])})
         out["ratio"] = min(out["ratio_recording"], out["ratio_deleting"])
+        # The cycle's end: the backlog left is drained and pruned too (flat out), so every cycle ends
+        # with the same rows (none waiting, none finished: only the records), and what the tables
+        # hold beyond that after VACUUM is space that pruning left; if that grew cycle after cycle,
+        # pruning would leave bloat.
+        drain = worker(url, burst=True, concurrency=64)
+        if drain.wait(1800) != 0:
+            raise SystemExit("the burst worker that drains the rest failed")
+        later = Offset(2 * DAY)
+        rest = App(url_for(schema, "firesafe-prune"), clock=later,
+                   retention=Retention(succeeded=DAY, cancelled=DAY, dead=30 * DAY, keys=7 * DAY))
+        try:
+            rest.prune()
+            later.offset += RESERVE_SETTLE + 1
+            rest.prune()
+        finally:
+            rest.close()
+        out["rows_left"] = waiting(conn, schema) + int(conn.execute(sql.SQL(
+            "SELECT count(*) AS n FROM {}.firesafe_jobs").format(s)).fetchone()["n"])  # type: ignore[index]
         for table in ("firesafe_jobs", "firesafe_attempts", "firesafe_keys"):
             conn.execute(sql.SQL("VACUUM {}.{}").format(s, sql.Identifier(table)))
         out["bytes"] = sizes(conn, schema)
@@ -233,7 +251,8 @@ def run_cycle(cycle: int, schema: str, url: str, app: App, args: argparse.Namesp
         f"{out['while_deleting']:,.0f} while deleting ({out['ratio_deleting']:.2f}x), {out['idle_after']:,.0f} idle "
         f"after; jobs {out['bytes']['firesafe_jobs'] / 2**20:,.1f} MiB "
         f"({out['bytes']['firesafe_jobs_indexes'] / 2**20:,.1f} of it indexes), attempts "
-        f"{out['bytes']['firesafe_attempts'] / 2**20:,.1f} MiB after VACUUM; {out['reserved_keys']:,} reserved keys, "
+        f"{out['bytes']['firesafe_attempts'] / 2**20:,.1f} MiB after VACUUM ({out['rows_left']} rows left); "
+        f"{out['reserved_keys']:,} reserved keys, "
         f"{out['bytes_per_reserved_key']:,.0f} bytes each")
     return out
 
