@@ -265,7 +265,7 @@ def test_a_fan_out_keeps_its_invariants_through_spawn_and_wait_faults(tmp_path: 
     # the count-down that reaches 0 no longer makes the parked parent due
     ("job_parents_count_down", "THEN min(run_at, :now) ELSE run_at END", "THEN run_at ELSE run_at END"),
     # a parent whose children all ended while it was still running parks anyway
-    ("job_finish", "WHEN :reason = 'children' AND children_pending <= 0 THEN :now", ""),
+    ("job_finish", "WHEN :reason = 'children' AND children_pending <= children_wake_at THEN :now", ""),
 ])
 def test_a_parent_left_parked_after_its_children_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            query: str, old: str, new: str) -> None:
