@@ -58,9 +58,11 @@ def test_the_count_wakes_the_parent_once_enough_children_ended_not_before(app: A
         assert p.children_pending == 3 - i
         assert (p.run_at is not None and p.run_at.timestamp() <= app.store.now()) == (i == 1)
     assert [e.kind for e in p.events].count("woken") == 1
+    _finish_one_kid(app, "20", p.id)  # one more ends before the parent runs: it is not woken again
+    assert [e.kind for e in app.get("p").events].count("woken") == 1
     app.work(burst=True, queues=["parents"])
     p = app.get("p")
-    assert p.state == State.SUCCEEDED and p.result == {"p/spawn-0/0": 0, "p/spawn-0/1": 10}
+    assert p.state == State.SUCCEEDED and p.result == {"p/spawn-0/0": 0, "p/spawn-0/1": 10, "p/spawn-0/2": 20}
     assert p.attempt == 1 and p.deferrals == 1
 
 

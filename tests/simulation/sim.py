@@ -28,7 +28,8 @@ invariants are checked; every breach is reported as a violation, with the seed t
 - every death has its dead-letter alert in the outbox, and every dead job its trace;
 - no lost wake-up: a job that waits for a durable signal (kind ``approve``) and was sent it before
   its wait's deadline never sits parked until that deadline; it gets the signal once.
-- fan-out (kind ``fan``): each child is spawned once (its keys), each child's effect applied once,
+- fan-out (kind ``fan``; one of an odd number of steps first waits for any child with
+  ``ctx.wait_any``, then for all): each child is spawned once (its keys), each child's effect applied once,
   the parent woken at most once per park and never parked again in the same run (no early wake),
   never stranded (it ends within :data:`STRANDED` of its last child's end, not at its park's
   safety net), and its result is its step's receipt and its children's results.
@@ -98,8 +99,10 @@ KINDS = ("plain", "flaky", "deny", "defer", "nap", "approve", "fan")
 CHILD_KINDS = ("plain", "flaky", "deny")
 #: The declared job (its max_attempts) a fan job's children run as.
 CHILD_JOB = "job3"
-#: The spawn and wait steps' name in a fan job.
+#: The spawn and wait steps' name in a fan job (FAN_REST: the second wait of one of an odd number of
+#: steps, which first waits for any child with ctx.wait_any, then for all).
 FAN = "fan"
+FAN_REST = "fan-rest"
 #: A parent that ends later than this after its last child ended sat parked for nothing (stranded):
 #: far above any backoff, stall or lease of a scenario, far below the parked wait's PARK_MAX.
 STRANDED = 3600.0
@@ -314,7 +317,13 @@ class Simulation:
         items = [[CHILD_KINDS[i % len(CHILD_KINDS)], 1] for i in range(steps + 1)]
         keys = ctx.spawn_many(self.app.jobs[CHILD_JOB], items, name=FAN)
         try:
-            results = ctx.wait_children(keys, name=FAN)
+            if steps % 2:  # as they finish: the first to end, then all
+                first = ctx.wait_any(keys, at_least=1, name=FAN)
+                if not first or any(k not in keys for k in first):
+                    self._violation(f"{ctx.job.key}: wait_any answered {sorted(first)} for {keys}")
+                results = ctx.wait_children(keys, name=FAN_REST)
+            else:
+                results = ctx.wait_children(keys, name=FAN)
         except WaitingForChildren:
             self._point("fan_parking", ctx.job.key)
             raise
@@ -654,15 +663,19 @@ class Simulation:
         for d in dump:
             for a in d["trace"]:
                 a["detail"].pop("duration", None)
-        waits = [s for a in job.trace for s in a.detail.get("steps", []) if s.get("name") == f"wait-children:{FAN}"]
-        parks = sum(1 for s in waits if s.get("status") == "waiting")
-        woken = sum(1 for e in job.events if e.kind == "woken")
         replays = sum(1 for e in job.events if "replay" in e.kind or "rerun" in e.kind)
+        parks = 0
+        for wait in (FAN, FAN_REST):
+            statuses = [s.get("status") for a in job.trace for s in a.detail.get("steps", [])
+                        if s.get("name") == f"wait-children:{wait}"]
+            parked = statuses.count("waiting")
+            parks += parked
+            if parked > 1 + replays:
+                self._violation(f"{spec.key}: wait {wait} parked {parked} times in {1 + replays} run(s): woken "
+                                "before enough of its children had ended")
+        woken = sum(1 for e in job.events if e.kind == "woken")
         if woken > parks:
             self._violation(f"{spec.key}: woken {woken} time(s) for {parks} park(s) (a wake-up without a park)")
-        if parks > 1 + replays:
-            self._violation(f"{spec.key}: parked {parks} times in {1 + replays} run(s): woken before its children "
-                            "had all ended")
         ends = [c.finished_at.timestamp() for c in children if c.finished_at is not None]
         last = max(ends) if len(ends) == len(children) and ends else None
         ended = job.finished_at.timestamp() if job.finished_at else self.clock.now()

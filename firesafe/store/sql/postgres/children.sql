@@ -61,7 +61,9 @@ lowered AS (
     FROM locked l JOIN d ON d.id = l.id CROSS JOIN clock c
     WHERE j.id = l.id
     RETURNING j.id, j.queue, c.now AS at,
-              (j.children_pending <= j.children_wake_at AND j.state = 'scheduled' AND j.reason = 'children') AS woke),
+              (j.children_pending <= j.children_wake_at AND j.children_pending + d.n > j.children_wake_at
+               -- woken once, by the decrement that crosses the mark (not again by later ones)
+               AND j.state = 'scheduled' AND j.reason = 'children') AS woke),
 noted AS (
     INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
     SELECT id, at, 'woken', 'children', NULL FROM lowered WHERE woke),

@@ -44,7 +44,10 @@ SET children_pending = children_pending - (SELECT count(*) FROM json_each(:paren
                        AND state = 'scheduled' AND reason = 'children'
                   THEN min(run_at, :now) ELSE run_at END
 WHERE id IN (SELECT value FROM json_each(:parents))
-RETURNING id, (children_pending <= children_wake_at AND state = 'scheduled' AND reason = 'children') AS woke;
+RETURNING id, (children_pending <= children_wake_at AND state = 'scheduled' AND reason = 'children'
+               -- woken once, by the decrement that crosses the mark (not again by later ones)
+               AND children_pending + (SELECT count(*) FROM json_each(:parents) WHERE value = firesafe_jobs.id)
+                   > children_wake_at) AS woke;
 
 -- name: job_parents_count_up
 -- Raise each parent's count by its children moved out of an ended state (a parent id appears once
