@@ -189,6 +189,37 @@ class Context:
             return later()
         return children.wait(steps, label, wanted, timeout, policy)
 
+    def wait_any(self, keys: Any, *, at_least: int = 1, timeout: float | None = None, on_dead: str = "fail",
+                 name: str | None = None) -> Any:
+        """Wait until at least ``at_least`` of the children ``keys`` have ended (as they finish), without
+        holding a worker: parked, the job is woken by the store when enough of its children ended.
+        Returns ``{key: result}`` of every one of ``keys`` that had ended by then (``on_dead="collect"``:
+        ``{key: {"state", "result", "error"}}``; ``"fail"``: one that died or was cancelled makes this
+        job dead, ``ChildrenFailed``). Wait again for the rest (``[k for k in keys if k not in got]``)
+        under another name. Which children had ended is recorded like a step: every later run of
+        this job gets the same answer. ``await`` it in async jobs."""
+        from firesafe.steps import children
+
+        steps = self._need_steps()
+        wanted = [keys] if isinstance(keys, str) else list(keys) if isinstance(keys, (list, tuple)) else None
+        if not wanted or not all(isinstance(k, str) for k in wanted):
+            raise InvalidInput("wait_any takes the keys spawn or spawn_many returned (at least one)")
+        wanted = list(dict.fromkeys(wanted))
+        if isinstance(at_least, bool) or not isinstance(at_least, int) or not 1 <= at_least <= len(wanted):
+            raise InvalidInput(f"wait_any's at_least must be a whole number from 1 to {len(wanted)} "
+                               f"(the children waited for), not {at_least!r}")
+        if timeout is not None:
+            timeout = check_wait(timeout, "wait_any's timeout")
+        policy = children.check_on_dead(on_dead)
+        label = children.WAIT_PREFIX + (name or str(self._waits))
+        self._waits += 1
+        if self._is_async:
+            async def later() -> Any:
+                return children.wait_some(steps, label, wanted, at_least, timeout, policy)
+
+            return later()
+        return children.wait_some(steps, label, wanted, at_least, timeout, policy)
+
     def _spawn(self, job: Any, entries: list[dict[str, Any]], name: str | None, one: bool) -> Any:
         from firesafe.steps import children
 

@@ -30,12 +30,12 @@ POINTS = ("after_claim", "in_step", "after_effect", "before_complete", "heartbea
 #: The store methods workers and jobs call that a ``store`` fault may hit.
 FAULTABLE = frozenset({
     "job_claim", "job_finish_many", "job_finish_and_claim", "job_heartbeat_many", "job_list_expired",
-    "job_rescue_many", "step_list", "step_record", "worker_beat", "signal_get", "signal_send",
+    "job_rescue_many", "step_list", "step_record", "worker_beat", "signal_get", "signal_send", "job_spawn_many",
 })
 #: Store methods that may move a job from one state to another.
 MOVES = frozenset({
-    "job_insert_many", "job_claim", "job_finish_many", "job_finish_and_claim", "job_rescue_many", "job_replay_many",
-    "job_discard_many", "job_cancel", "job_rerun", "job_delete_finished",
+    "job_insert_many", "job_spawn_many", "job_claim", "job_finish_many", "job_finish_and_claim", "job_rescue_many",
+    "job_replay_many", "job_discard_many", "job_cancel", "job_rerun", "job_delete_finished",
 })
 
 

@@ -29,6 +29,8 @@ PARK_MAX = 86400.0
 #: How wait steps are named in the step records (a replay of the parent forgets them: see
 #: store/sql/*/children.sql, step_delete_waits).
 WAIT_PREFIX = "wait-children:"
+#: The step that records which children a wait for some of them (``at_least``) saw ended.
+ENDED_SUFFIX = ":ended"
 #: How many children an error message names.
 NAMED = 10
 #: How much of each child's error an error message quotes.
@@ -123,6 +125,62 @@ def wait(steps: Steps, name: str, keys: Sequence[str], timeout: float | None, on
              "error": None if jobs[k].state == State.SUCCEEDED else _how(jobs[k])} for k in keys]
 
 
+def wait_some(steps: Steps, name: str, keys: Sequence[str], at_least: int, timeout: float | None,
+              on_dead: OnDead) -> dict[str, Any]:
+    """The children of ``keys`` that have ended once at least ``at_least`` of them have (see
+    ``Context.wait_any``), by key in the order of ``keys``; until then the job is parked without a
+    worker, and the store wakes it when its count of children not ended reaches the mark this wait
+    set. Which children had ended is recorded as a step (``<name>:ended``), so every later run gets
+    the same answer."""
+    name, position, rec = steps._begin(name)
+    store = steps._store
+    now = store.now()
+    deadline = now + timeout if timeout is not None else None
+    if rec is None:
+        steps._record(name, position, {"deadline": deadline, "children": len(keys), "at_least": at_least})
+    else:
+        deadline = json.loads(rec.result or "{}").get("deadline")
+        steps.log.append({"name": name, "status": "restored"})
+    got_name, got_position, got = steps._begin(name + ENDED_SUFFIX)
+    if got is not None:
+        ended = [str(k) for k in json.loads(got.result or "[]")]
+        _wake_at_all(steps)  # a crash may have come between the answer's record and this
+        steps.log.append({"name": got_name, "status": "restored"})
+        jobs = _children(store, ended)
+    else:
+        count = store.job_children_wait(steps._job_id, steps._token, keys, at_least)
+        if count is None:
+            raise LeaseLost(f"wait {name!r} came after this attempt lost its lease")
+        if count < at_least:
+            if deadline is not None and now >= deadline:
+                _wake_at_all(steps)
+                steps.log[-1]["status"] = "timed_out"
+                raise ChildrenTimedOut(f"wait {name!r} timed out with {count} of {len(keys)} children ended "
+                                       f"({at_least} wanted)")
+            steps.log[-1]["status"] = "waiting"
+            delay = PARK_MAX if deadline is None else max(0.0, min(PARK_MAX, deadline - now))
+            raise WaitingForChildren(delay, reason=f"waiting for {at_least} of {len(keys)} children of {name!r}")
+        jobs = _children(store, keys)
+        ended = [k for k in keys if jobs[k].state in FINISHED]
+        _wake_at_all(steps)
+        steps._record(got_name, got_position, ended)
+        steps.log[-1].update(status="done", children=len(ended))
+    failed = [k for k in ended if jobs[k].state != State.SUCCEEDED]
+    if failed and on_dead == "fail":
+        raise ChildrenFailed(f"{len(failed)} of {len(ended)} children ended did not succeed: "
+                             + _named([f"{k} ({_how(jobs[k])})" for k in failed]), failed)
+    if on_dead == "fail":
+        return {k: jobs[k].result for k in ended}
+    return {k: {"state": str(jobs[k].state), "result": jobs[k].result,
+                "error": None if jobs[k].state == State.SUCCEEDED else _how(jobs[k])} for k in ended}
+
+
+def _wake_at_all(steps: Steps) -> None:
+    """Back to waking the job when all its children ended (what a later wait for all expects)."""
+    if steps._store.job_children_wait(steps._job_id, steps._token, [], 0) is None:
+        raise LeaseLost("a wait for children came after this attempt lost its lease")
+
+
 def _any_waiting(store: Any, job_id: int, keys: Sequence[str]) -> bool:
     """Whether some of ``keys`` have not ended, without reading them: the job's count of children not
     ended is 0 (none has), or the children of ``keys`` that ended are counted (a wait on some of the
@@ -193,4 +251,5 @@ def check_on_dead(on_dead: object) -> OnDead:
     return on_dead
 
 
-__all__ = ["PARK_MAX", "WAIT_PREFIX", "ChildrenFailed", "ChildrenTimedOut", "child_key", "family", "spawn", "wait"]
+__all__ = ["ENDED_SUFFIX", "PARK_MAX", "WAIT_PREFIX", "ChildrenFailed", "ChildrenTimedOut", "child_key", "family",
+           "spawn", "wait", "wait_some"]

@@ -58,6 +58,22 @@ class ChildrenCommon(StorePart):
             job.parent_id = parent_id
         return in_batch_order(items, stored)
 
+    def job_children_wait(self, parent_id: int, token: str, keys: Sequence[str], at_least: int) -> int | None:
+        with self._tx() as c:
+            params = {"parent_id": parent_id, "token": token}
+            row = c.execute(self.q["job_children_wait"], params).fetchone()
+            if row is None:
+                return None
+            ended = 0
+            for start in range(0, len(keys), 5000):
+                part = self._list(list(keys[start:start + 5000]))
+                ended += int(c.execute(self.q["job_children_ended"],
+                                       {"parent_id": parent_id, "keys": part}).fetchone()["n"])
+            need = max(0, at_least - ended)
+            wake_at = max(0, int(row["children_pending"]) - need) if need else 0
+            c.execute(self.q["job_children_wake_set"], {"parent_id": parent_id, "wake_at": wake_at})
+        return ended
+
     # -- counting ends -----------------------------------------------------------------------
     def _settle(self, c: Any, ids: Iterable[int], now: float | None) -> None:
         """Count the children among ``ids`` that have ended off their parents, once each; wake the

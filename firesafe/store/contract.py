@@ -349,6 +349,14 @@ class ChildStore(Protocol):
         spawn is a no-op); a key taken by any other job raises InvalidInput and inserts nothing."""
         ...
 
+    def job_children_wait(self, parent_id: int, token: str, keys: Sequence[str], at_least: int) -> int | None:
+        """A running job's wait for at least ``at_least`` of its children ``keys``, fenced on its lease
+        (None if the attempt no longer holds it): how many of ``keys`` have ended, and, in the same
+        transaction, the job's count of children not ended at which it is due again once parked for
+        its children (its ``children_wake_at``: 0, all ended, when no more end is needed). The
+        count-down that reaches it wakes the job, as reaching 0 does for a wait on all."""
+        ...
+
     def job_children_counts(self, parent_id: int) -> dict[str, int]:
         """``{state: count}`` of a job's children."""
         ...

@@ -28,10 +28,21 @@ invariants are checked; every breach is reported as a violation, with the seed t
 - every death has its dead-letter alert in the outbox, and every dead job its trace;
 - no lost wake-up: a job that waits for a durable signal (kind ``approve``) and was sent it before
   its wait's deadline never sits parked until that deadline; it gets the signal once.
+- fan-out (kind ``fan``; one of an odd number of steps first waits for any child with
+  ``ctx.wait_any``, then for all): each child is spawned once (its keys), each child's effect applied once,
+  the parent woken at most once per park and never parked again in the same run (no early wake),
+  never stranded (it ends within :data:`STRANDED` of its last child's end, not at its park's
+  safety net), and its result is its step's receipt and its children's results.
 
 Signals come from a sender at a time drawn for each ``approve`` job (before the job waits, or
 while it is parked), and at the fault point ``parking``: the job found no signal and is about to
 park, still running, when the signal arrives (or its worker crashes or stalls there).
+
+A fan job spawns ``steps + 1`` children (one step each; the ``deny`` ones may die, and their parent
+then dies too: ``ChildrenFailed``) and waits for them, with its fault points: ``spawned`` (the
+children's insert committed, the spawn step not recorded yet), ``fan_parking`` (its children have
+not all ended and it is about to park, still running: they may all end right then, or its worker
+crashes or stalls there) and ``woken`` (its wait just returned its children's results).
 """
 
 from __future__ import annotations
@@ -55,10 +66,11 @@ from typing import Any
 from firesafe.app import App
 from firesafe.clock import FakeClock
 from firesafe.drill.faults import POINTS, FaultyStore
-from firesafe.errors import InvalidInput, Permanent, RetryAfter, StoreError
+from firesafe.errors import InvalidInput, Permanent, RetryAfter, StoreError, WaitingForChildren
 from firesafe.retries.backoff import Backoff
 from firesafe.states import State, can_move
 from firesafe.steps import SignalWait
+from firesafe.steps.children import child_key
 from firesafe.store.base import JobFilter
 from firesafe.stores.sqlite import SQLiteStore
 from firesafe.worker import Worker
@@ -73,12 +85,27 @@ ACTIONS: dict[str, tuple[str, ...]] = {
     "heartbeat": ("stall",),
     "store": ("before", "after"),
     "parking": ("signal", "crash", "stall"),  # a wait found no signal and its job is about to park
+    "spawned": ("crash", "stall", "error"),  # a fan job's children are stored, its spawn not recorded yet
+    "fan_parking": ("children", "crash", "stall"),  # a fan job's children are not all ended: about to park
+    "woken": ("crash", "stall", "error"),  # a fan job's wait just returned its children's results
 }
 #: The simulation's own fault points, beside the drills' (firesafe.drill.faults.POINTS).
-SIM_POINTS = (*POINTS, "parking")
+SIM_POINTS = (*POINTS, "parking", "spawned", "fan_parking", "woken")
 #: Job kinds: plain steps; flaky (transient errors); deny (a permanent error); defer (RetryAfter);
-#: nap (a durable sleep between steps); approve (waits for a durable signal between steps).
-KINDS = ("plain", "flaky", "deny", "defer", "nap", "approve")
+#: nap (a durable sleep between steps); approve (waits for a durable signal between steps); fan
+#: (spawns ``steps + 1`` children, waits for them, then runs one step of its own).
+KINDS = ("plain", "flaky", "deny", "defer", "nap", "approve", "fan")
+#: The kinds of a fan job's children, by index (one step each; a deny child may die, and its parent then too).
+CHILD_KINDS = ("plain", "flaky", "deny")
+#: The declared job (its max_attempts) a fan job's children run as.
+CHILD_JOB = "job3"
+#: The spawn and wait steps' name in a fan job (FAN_REST: the second wait of one of an odd number of
+#: steps, which first waits for any child with ctx.wait_any, then for all).
+FAN = "fan"
+FAN_REST = "fan-rest"
+#: A parent that ends later than this after its last child ended sat parked for nothing (stranded):
+#: far above any backoff, stall or lease of a scenario, far below the parked wait's PARK_MAX.
+STRANDED = 3600.0
 #: An approve job's wait: far longer than any scenario runs, so a job still parked at its deadline
 #: after its signal was sent is a lost wake-up, not a slow world.
 SIGNAL_TIMEOUT = 86400.0  # (a day: finished jobs are pruned after a week, which would lose them)
@@ -240,14 +267,30 @@ class Simulation:
         #: when each approve job's signal is due from the sender (removed once sent)
         self.sends = {j.key: START + self.rng.uniform(0.0, SEND_WITHIN) for j in scenario.jobs if j.kind == "approve"}
         self._declare()
+        self._fan_spawns()
 
     # -- the jobs ----------------------------------------------------------------------------------
     def _declare(self) -> None:
         for n in range(1, 6):
             self.app.job(self._body, name=f"job{n}", queue=self.queue, max_attempts=n, backoff=RETRY)
 
-    def _body(self, ctx: Any, kind: str, steps: int) -> list[str]:
+    def _fan_spawns(self) -> None:
+        """The ``spawned`` fault point: right after a spawn's insert committed, before the spawn step is
+        recorded (the store call returned; the process may die, stall or fail there)."""
+        spawn = self.store.job_spawn_many  # the faulty store's (a store fault may hit it too)
+
+        def spawned(*args: Any, **kwargs: Any) -> Any:
+            out = spawn(*args, **kwargs)
+            if out is not None and self.stack:
+                self._point("spawned", str(kwargs.get("step")))
+            return out
+
+        self.store.__dict__["job_spawn_many"] = spawned
+
+    def _body(self, ctx: Any, kind: str, steps: int) -> Any:
         self._point("after_claim", ctx.job.key)
+        if kind == "fan":
+            return self._fan(ctx, steps)
         receipts = []
         for i in range(steps):
             if i:
@@ -267,6 +310,35 @@ class Simulation:
         except SignalWait:
             self._point("parking", ctx.job.key)
             raise
+
+    def _fan(self, ctx: Any, steps: int) -> list[Any]:
+        """Spawn ``steps + 1`` children, wait for them all (parked meanwhile), then one step of its own;
+        the result is that step's receipt and the children's results."""
+        items = [[CHILD_KINDS[i % len(CHILD_KINDS)], 1] for i in range(steps + 1)]
+        keys = ctx.spawn_many(self.app.jobs[CHILD_JOB], items, name=FAN)
+        try:
+            if steps % 2:  # as they finish: the first to end, then all
+                first = ctx.wait_any(keys, at_least=1, name=FAN)
+                if not first or any(k not in keys for k in first):
+                    self._violation(f"{ctx.job.key}: wait_any answered {sorted(first)} for {keys}")
+                results = ctx.wait_children(keys, name=FAN_REST)
+            else:
+                results = ctx.wait_children(keys, name=FAN)
+        except WaitingForChildren:
+            self._point("fan_parking", ctx.job.key)
+            raise
+        self._point("woken", ctx.job.key)
+        return [ctx.step("s0", self._effect, ctx, "s0", "fan", True), results]
+
+    def _children_end(self, key: str) -> None:
+        """The fault ``children`` at ``fan_parking``: the other workers run until the parking job's
+        children have all ended (or three lease periods passed), while it is still running."""
+        def ended() -> bool:
+            job = self.raw.job_get(key)
+            return job is not None and job.children_pending <= 0
+
+        self._world(until=self.clock.now() + 3 * self.s.lease, stop=ended)
+        self._event(f"{key} parks now, its children ended={ended()}")
 
     def _send(self, key: str, when: str) -> None:
         """The sender sends ``key``'s signal (through the faulty store); kept due if it did not go."""
@@ -316,7 +388,7 @@ class Simulation:
         p = self.s.faults.get(point, 0.0)
         if not self.faults_on or not p or self.rng.random() >= p:
             return
-        actions = [a for a in ACTIONS[point] if a != "stall" or len(self.stack) == 1]
+        actions = [a for a in ACTIONS[point] if a not in ("stall", "children") or len(self.stack) == 1]
         if not actions:
             return
         action = self.rng.choice(actions)
@@ -329,6 +401,9 @@ class Simulation:
             raise RuntimeError(f"injected error at {point}")
         if action == "signal":
             self._send(where, "while it parks")
+            return
+        if action == "children":
+            self._children_end(where)
             return
         self._stall(w)
 
@@ -386,12 +461,14 @@ class Simulation:
         self.workers.append(w)
         return w
 
-    def _world(self, until: float | None = None) -> None:
-        """Run turns of workers until the store has nothing left (or, nested, until ``until``)."""
+    def _world(self, until: float | None = None, stop: Callable[[], bool] | None = None) -> None:
+        """Run turns of workers until the store has nothing left (or, nested, until ``until`` or ``stop()``)."""
         busy_turn = False  # the last turn did something: the store cannot have settled by itself
         while True:
             now = self.clock.now()
             if until is not None and now >= until:
+                return
+            if stop is not None and stop():
                 return
             pending = None
             if not busy_turn:
@@ -519,14 +596,16 @@ class Simulation:
             assert full is not None
             if full.state not in (State.SUCCEEDED, State.DEAD):
                 self._violation(f"{spec.key}: never ended (state {full.state})")
-            steps = [f"s{i}" for i in range(spec.steps)]
+            steps = ["s0"] if spec.kind == "fan" else [f"s{i}" for i in range(spec.steps)]
             for step in steps:
                 n = self.provider.effects[(spec.key, step)]
                 if n > 1:
                     self._violation(f"{spec.key}/{step}: effect applied {n} times")
                 if full.state == State.SUCCEEDED and n != 1:
                     self._violation(f"{spec.key}/{step}: succeeded with its effect applied {n} times")
-            if full.state == State.SUCCEEDED and self.s.dedupe:
+            if spec.kind == "fan":
+                dump += self._check_fan(spec, full)
+            elif full.state == State.SUCCEEDED and self.s.dedupe:
                 want = [f"receipt:{spec.key}/{s}" for s in steps]
                 if full.result != want:
                     self._violation(f"{spec.key}: result {full.result} is not the steps' receipts {want}")
@@ -556,6 +635,62 @@ class Simulation:
             dump.append(d)
         text = json.dumps({"events": self.result.events, "jobs": dump}, sort_keys=True, default=str)
         self.result.fingerprint = hashlib.sha256(text.encode()).hexdigest()
+
+    def _check_fan(self, spec: JobSpec, job: Any) -> list[dict[str, Any]]:
+        """A fan job spawned each child once, each child's effect happened once, it was woken at most
+        once per park and never sat parked after its last child ended, and its result is its
+        children's. Returns the children, for the fingerprint."""
+        children = self.raw.job_children(job.id, limit=1000)
+        want = [child_key(spec.key, FAN, i) for i in range(spec.steps + 1)]
+        if (children or job.state == State.SUCCEEDED) and sorted(c.key for c in children) != sorted(want):
+            self._violation(f"{spec.key}: children {[c.key for c in children]}, "
+                            f"not the {len(want)} spawned once {want}")
+        spawned = [e for e in job.events if e.kind == "spawned"]
+        if len(spawned) > 1 or (children and not spawned):
+            self._violation(f"{spec.key}: {len(spawned)} spawn events for one spawn step")
+        dump = []
+        for child in children:
+            full = self.raw.job_get(child.key, full=True)
+            assert full is not None
+            n = self.provider.effects[(child.key, "s0")]
+            if n > 1 or (full.state == State.SUCCEEDED and n != 1):
+                self._violation(f"{child.key}: {full.state} with its effect applied {n} times")
+            if full.state not in (State.SUCCEEDED, State.DEAD):
+                self._violation(f"{child.key}: child never ended (state {full.state})")
+            if alerts := [a for a in full.trace if a.attempt > full.max_attempts]:
+                self._violation(f"{child.key}: attempt {alerts[0].attempt} of {full.max_attempts} in the trace")
+            dump.append(full.as_dict())
+        for d in dump:
+            for a in d["trace"]:
+                a["detail"].pop("duration", None)
+        replays = sum(1 for e in job.events if "replay" in e.kind or "rerun" in e.kind)
+        parks = 0
+        for wait in (FAN, FAN_REST):
+            statuses = [s.get("status") for a in job.trace for s in a.detail.get("steps", [])
+                        if s.get("name") == f"wait-children:{wait}"]
+            parked = statuses.count("waiting")
+            parks += parked
+            if parked > 1 + replays:
+                self._violation(f"{spec.key}: wait {wait} parked {parked} times in {1 + replays} run(s): woken "
+                                "before enough of its children had ended")
+        woken = sum(1 for e in job.events if e.kind == "woken")
+        if woken > parks:
+            self._violation(f"{spec.key}: woken {woken} time(s) for {parks} park(s) (a wake-up without a park)")
+        ends = [c.finished_at.timestamp() for c in children if c.finished_at is not None]
+        last = max(ends) if len(ends) == len(children) and ends else None
+        ended = job.finished_at.timestamp() if job.finished_at else self.clock.now()
+        if last is not None and ended - last > STRANDED:
+            self._violation(f"{spec.key}: stranded: its last child ended at t+{last - START:.3f} but it ended "
+                            f"only at t+{ended - START:.3f} ({job.state})")
+        if job.state == State.SUCCEEDED:
+            by_key = {c.key: c for c in children}
+            results = [by_key[k].result if k in by_key else None for k in want]
+            if job.result != [f"receipt:{spec.key}/s0", results] and self.s.dedupe:
+                self._violation(f"{spec.key}: result {job.result} is not its children's {results}")
+            if any(c.state != State.SUCCEEDED for c in children):
+                self._violation(f"{spec.key}: succeeded while children did not: "
+                                f"{[(c.key, str(c.state)) for c in children]}")
+        return dump
 
     def _check_signal(self, spec: JobSpec, job: Any) -> None:
         """An approve job got its signal once, and never sat parked past its deadline once sent."""

@@ -241,3 +241,42 @@ def test_a_real_worker_runs_the_same_turn(tmp_path: Path, monkeypatch: pytest.Mo
     assert stats.succeeded == 50
     assert turns[-1].done and not any(t.done for t in turns[:-1])
     assert sum(len(t.claimed) for t in turns) == stats.claimed == 50
+
+
+def _fan_seeds(count: int) -> list[int]:
+    return [s for s in range(400) if any(j.kind == "fan" for j in Scenario.from_seed(s).jobs)][:count]
+
+
+def test_a_fan_out_keeps_its_invariants_through_spawn_and_wait_faults(tmp_path: Path) -> None:
+    # Given scenarios with fan jobs whose spawns, parks and wake-ups are often hit
+    faults = {"spawned": 0.3, "fan_parking": 0.6, "woken": 0.6, "store": 0.05, "before_complete": 0.1}
+    results = [run_seed(seed, tmp_path, faults=faults) for seed in _fan_seeds(40)]
+    # Then each child is spawned once and applied once, and every parent ends with its children's results
+    assert all(r.ok for r in results), next(r.explain() for r in results if not r.ok)
+    fired = Counter[str]()
+    for r in results:
+        fired.update(r.stats)
+    for action in ("spawned:crash", "spawned:stall", "spawned:error", "fan_parking:children", "fan_parking:crash",
+                   "fan_parking:stall", "woken:crash", "woken:error"):
+        assert fired[action] > 0, action
+
+
+@pytest.mark.parametrize(("query", "old", "new"), [
+    # the count-down that reaches 0 no longer makes the parked parent due
+    ("job_parents_count_down", "THEN min(run_at, :now) ELSE run_at END", "THEN run_at ELSE run_at END"),
+    # a parent whose children all ended while it was still running parks anyway
+    ("job_finish", "WHEN :reason = 'children' AND children_pending <= children_wake_at THEN :now", ""),
+])
+def test_a_parent_left_parked_after_its_children_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           query: str, old: str, new: str) -> None:
+    # Given a mutant store that forgets to wake a parent
+    from firesafe.store import sqlite as core
+
+    mutant = core.Q[query].replace(old, new)
+    assert mutant != core.Q[query]
+    monkeypatch.setitem(core.Q, query, mutant)
+    # When fan jobs run, their children often ending while they park
+    faults = {"fan_parking": 0.6}
+    broken = [run_seed(seed, tmp_path, faults=faults) for seed in _fan_seeds(20)]
+    # Then the simulation reports a stranded parent
+    assert any(any("stranded" in v for v in r.violations) for r in broken)

@@ -212,10 +212,10 @@ done AS (
     UPDATE {schema}.firesafe_jobs j
     SET state = f.state, lease_token = NULL, lease_expires = NULL,
         -- A deferral (a durable wait) after a signal came during the attempt is due now (0018_signals.sql);
-        -- so is a parent parked for children that all ended meanwhile (0019_children.sql).
+        -- so is a parent parked for children that ended meanwhile, enough of them (0019, 0020_children_wake.sql).
         run_at = CASE WHEN f.delay IS NULL THEN j.run_at
                       WHEN f.given_back = 1 AND j.signaled_at >= j.started_at THEN c.now
-                      WHEN f.reason = 'children' AND j.children_pending <= 0 THEN c.now
+                      WHEN f.reason = 'children' AND j.children_pending <= j.children_wake_at THEN c.now
                       ELSE c.now + f.delay END,
         attempt = j.attempt - f.given_back, deferrals = j.deferrals + f.given_back,
         result = coalesce(f.result, j.result),

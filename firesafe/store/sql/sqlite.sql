@@ -78,10 +78,10 @@ RETURNING id, key, name, queue, state, payload, arg_names, attempt, max_attempts
 UPDATE firesafe_jobs
 SET state = :state, lease_token = NULL, lease_expires = NULL,
     -- A deferral (a durable wait) after a signal came during the attempt is due now (0018_signals.sql);
-    -- so is a parent parked for children that all ended meanwhile (0019_children.sql).
+    -- so is a parent parked for children that ended meanwhile, enough of them (0019, 0020_children_wake.sql).
     run_at = CASE WHEN :delay IS NULL THEN run_at
                   WHEN :given_back = 1 AND signaled_at >= started_at THEN :now
-                  WHEN :reason = 'children' AND children_pending <= 0 THEN :now
+                  WHEN :reason = 'children' AND children_pending <= children_wake_at THEN :now
                   ELSE :now + :delay END,
     attempt = attempt - :given_back, deferrals = deferrals + :given_back,
     result = coalesce(:result, result),

@@ -44,7 +44,8 @@ RETURNING parent_id;
 
 -- name: job_parents_count_down
 -- Lower each parent's count by its children that ended (a parent id appears once per child); a
--- parent parked for its children (scheduled, reason 'children') whose count reaches 0 is due now:
+-- parent parked for its children (scheduled, reason 'children') whose count reaches its children_wake_at
+-- (0: all ended; job_children_wait) is due now:
 -- it gets a 'woken' event and the workers listening are woken. The parents' rows are locked in id
 -- order, so concurrent batches cannot deadlock on them.
 WITH clock AS MATERIALIZED (
@@ -55,12 +56,14 @@ locked AS (
 lowered AS (
     UPDATE {schema}.firesafe_jobs j
     SET children_pending = j.children_pending - d.n,
-        run_at = CASE WHEN j.children_pending - d.n <= 0 AND j.state = 'scheduled' AND j.reason = 'children'
+        run_at = CASE WHEN j.children_pending - d.n <= j.children_wake_at AND j.state = 'scheduled' AND j.reason = 'children'
                       THEN least(j.run_at, c.now) ELSE j.run_at END
     FROM locked l JOIN d ON d.id = l.id CROSS JOIN clock c
     WHERE j.id = l.id
     RETURNING j.id, j.queue, c.now AS at,
-              (j.children_pending <= 0 AND j.state = 'scheduled' AND j.reason = 'children') AS woke),
+              (j.children_pending <= j.children_wake_at AND j.children_pending + d.n > j.children_wake_at
+               -- woken once, by the decrement that crosses the mark (not again by later ones)
+               AND j.state = 'scheduled' AND j.reason = 'children') AS woke),
 noted AS (
     INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
     SELECT id, at, 'woken', 'children', NULL FROM lowered WHERE woke),
@@ -102,3 +105,20 @@ SELECT * FROM {schema}.firesafe_jobs WHERE id = %(id)s;
 -- name: step_delete_waits
 -- Forget the wait records of jobs (a replay or rerun of a parent: its waits count their deadlines anew).
 DELETE FROM {schema}.firesafe_steps WHERE job_id = ANY(%(ids)s::bigint[]) AND name LIKE 'wait-children:%%';
+
+-- name: job_children_wait
+-- A wait for some of a running parent's children, under its lease: its count of children not ended
+-- (then job_children_ended and job_children_wake_set, in the same transaction). The row is locked:
+-- a child's count-down waits for it, so the ended children counted next and this count agree.
+SELECT children_pending FROM {schema}.firesafe_jobs
+WHERE id = %(parent_id)s AND state = 'running' AND lease_token = %(token)s
+FOR UPDATE;
+
+-- name: job_children_ended
+-- How many of these children (keys) of a parent have ended.
+SELECT count(*)::int AS n FROM {schema}.firesafe_jobs
+WHERE parent_id = %(parent_id)s AND key = ANY(%(keys)s::text[]) AND state IN ('succeeded', 'dead', 'cancelled');
+
+-- name: job_children_wake_set
+-- The count of children not ended at or below which the parent, parked for its children, is due.
+UPDATE {schema}.firesafe_jobs SET children_wake_at = %(wake_at)s::int WHERE id = %(parent_id)s;

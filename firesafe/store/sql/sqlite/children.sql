@@ -35,15 +35,19 @@ RETURNING parent_id;
 
 -- name: job_parents_count_down
 -- Lower each parent's count by its children that ended (a parent id appears once per child); a
--- parent parked for its children (scheduled, reason 'children') whose count reaches 0 is due now.
+-- parent parked for its children (scheduled, reason 'children') whose count reaches its children_wake_at
+-- (0: all ended; job_children_wait) is due now.
 -- Returns the parents, and which of them woke (each gets a 'woken' event: event_insert).
 UPDATE firesafe_jobs
 SET children_pending = children_pending - (SELECT count(*) FROM json_each(:parents) WHERE value = firesafe_jobs.id),
-    run_at = CASE WHEN children_pending - (SELECT count(*) FROM json_each(:parents) WHERE value = firesafe_jobs.id) <= 0
+    run_at = CASE WHEN children_pending - (SELECT count(*) FROM json_each(:parents) WHERE value = firesafe_jobs.id) <= children_wake_at
                        AND state = 'scheduled' AND reason = 'children'
                   THEN min(run_at, :now) ELSE run_at END
 WHERE id IN (SELECT value FROM json_each(:parents))
-RETURNING id, (children_pending <= 0 AND state = 'scheduled' AND reason = 'children') AS woke;
+RETURNING id, (children_pending <= children_wake_at AND state = 'scheduled' AND reason = 'children'
+               -- woken once, by the decrement that crosses the mark (not again by later ones)
+               AND children_pending + (SELECT count(*) FROM json_each(:parents) WHERE value = firesafe_jobs.id)
+                   > children_wake_at) AS woke;
 
 -- name: job_parents_count_up
 -- Raise each parent's count by its children moved out of an ended state (a parent id appears once
@@ -75,3 +79,19 @@ SELECT * FROM firesafe_jobs WHERE id = :id;
 -- name: step_delete_waits
 -- Forget the wait records of jobs (a replay or rerun of a parent: its waits count their deadlines anew).
 DELETE FROM firesafe_steps WHERE job_id IN (SELECT value FROM json_each(:ids)) AND name LIKE 'wait-children:%';
+
+-- name: job_children_wait
+-- A wait for some of a running parent's children, under its lease: its count of children not ended
+-- (then job_children_ended and job_children_wake_set, in the same transaction). SQLite differs: no
+-- FOR UPDATE, the write transaction (BEGIN IMMEDIATE) already keeps every other writer out.
+SELECT children_pending FROM firesafe_jobs WHERE id = :parent_id AND state = 'running' AND lease_token = :token;
+
+-- name: job_children_ended
+-- How many of these children (JSON keys) of a parent have ended.
+SELECT count(*) AS n FROM firesafe_jobs
+WHERE parent_id = :parent_id AND key IN (SELECT value FROM json_each(:keys))
+  AND state IN ('succeeded', 'dead', 'cancelled');
+
+-- name: job_children_wake_set
+-- The count of children not ended at or below which the parent, parked for its children, is due.
+UPDATE firesafe_jobs SET children_wake_at = :wake_at WHERE id = :parent_id;
