@@ -16,7 +16,7 @@ from typing import Any
 from firesafe.errors import InvalidInput
 from firesafe.models import Job
 from firesafe.states import FINISHED, State
-from firesafe.store.base import InsertParams, dedupe_batch, in_batch_order
+from firesafe.store.base import FinishParams, InsertParams, dedupe_batch, in_batch_order
 from firesafe.store.driver import StorePart
 
 
@@ -75,6 +75,14 @@ class ChildrenCommon(StorePart):
         return ended
 
     # -- counting ends -----------------------------------------------------------------------
+    def _lock_parents(self, c: Any, finishes: Sequence[FinishParams]) -> None:
+        """Lock the parents of the children among ``finishes`` (in id order) before their rows: a
+        spawn holds its parent, then inserts or meets its children, so a finish that took a child
+        first and its parent last could deadlock with it. A batch without children sends nothing."""
+        parents = sorted({f.parent_id for f in finishes if f.parent_id is not None})
+        if parents:
+            c.execute(self.q["job_parents_lock"], {"parents": self._list(parents)})
+
     def _settle(self, c: Any, ids: Iterable[int], now: float | None) -> None:
         """Count the children among ``ids`` that have ended off their parents, once each; wake the
         parked parents whose count reaches 0. In the caller's transaction ``c``."""

@@ -1033,6 +1033,7 @@ class PostgresCore(CoreCommon, ChildrenCommon, DashboardQueries, MovesByQuery):
             # job_finish_many), the claim, COMMIT.
             with c.pipeline(), c.transaction():
                 c.execute(self.q["plan_generic"])
+                self._lock_parents(c, once)
                 finished = c.execute(self.q["job_finish"], params)
                 self._outbox_dead(c, [i.job_id for i in once if i.state == State.DEAD], params["now"])
                 # Children that ended, counted off their parents (idempotent: an item this batch did
@@ -1054,6 +1055,7 @@ class PostgresCore(CoreCommon, ChildrenCommon, DashboardQueries, MovesByQuery):
         children = [i.job_id for i in once if i.parent_id is not None]
         if children:  # children that ended are counted off their parents in the same transaction
             with self._conn() as c, c.transaction():
+                self._lock_parents(c, once)
                 rows = c.execute(self.q["job_finish"], params).fetchall()
                 self._outbox_dead(c, dead, params["now"])
                 self._settle(c, children, params["now"])

@@ -26,6 +26,11 @@ counted AS (
 INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
 SELECT c.id, k.now, 'spawned', 'job', %(detail)s FROM counted c CROSS JOIN clock k;
 
+-- name: job_parents_lock
+-- Lock the parents of a batch's children, in id order, before the children's rows (see
+-- ChildrenCommon._lock_parents: the order a spawn takes them in).
+SELECT id FROM {schema}.firesafe_jobs WHERE id = ANY(%(parents)s::bigint[]) ORDER BY id FOR UPDATE;
+
 -- name: job_children_settle
 -- Mark the children among these jobs that have ended and were not counted off yet; returns each one's
 -- parent (once per child), whose count job_parents_count_down then lowers.

@@ -17,6 +17,11 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND parent_id IS NULL;
 -- their parent. SQLite differs: the spawn's event is written by event_insert.
 UPDATE firesafe_jobs SET children_pending = children_pending + :n WHERE id = :parent_id;
 
+-- name: job_parents_lock
+-- The parents of a batch's children. SQLite differs: one writer at a time, so no row locks (the
+-- store does not run it; the name is kept for both dialects).
+SELECT id FROM firesafe_jobs WHERE id IN (SELECT value FROM json_each(:parents)) ORDER BY id;
+
 -- name: job_children_settle
 -- Mark the children among these jobs that have ended and were not counted off yet; returns each one's
 -- parent (once per child), whose count job_parents_count_down then lowers.
