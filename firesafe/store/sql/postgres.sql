@@ -119,9 +119,10 @@ inserted AS (
                 %(priority)s::int[])
              AS i(id, key, name, queue, fingerprint, payload, arg_names, max_attempts, run_at, delay, trace_context,
                   priority)
-    -- A key whose job's history was pruned stays reserved by its record (0017_reserved_keys.sql):
-    -- looked up per row by its key (a subquery, never a join that could read every record).
-    WHERE (SELECT true FROM {schema}.firesafe_keys r WHERE r.key = i.key) IS NULL
+    -- A key whose job's history was pruned stays reserved by its record (0017_reserved_keys.sql).
+    -- NOT EXISTS, an anti-join by the records' primary key: written as a scalar subquery instead,
+    -- the generic plan costed more than a custom one, so every enqueue was planned anew (+150 us).
+    WHERE NOT EXISTS (SELECT 1 FROM {schema}.firesafe_keys r WHERE r.key = i.key)
     ON CONFLICT (key) DO NOTHING
     RETURNING id, key, queue, state, run_at, created_at),
 woken AS (
