@@ -36,6 +36,9 @@ class PrunerDuty:
         faults = 0
         backoff = Backoff(base=0.5, factor=2.0, cap=30.0, jitter="equal")
         rng = random.Random()
+        # The first prune waits a while (at most 10 s): a worker starting up, or a short burst run,
+        # does its jobs first.
+        self._stop.wait(min(self.app.prune_interval, 10.0))
         while not self._stop.is_set():
             try:
                 self.app.prune(leader=self.holder, pace=self.app.prune_pace, stop=self._stop)
