@@ -89,6 +89,10 @@ def test_a_job_of_higher_priority_claimed_later_starts_before_the_prefetched_one
     assert [k for k in started if k != "high"] == sorted(k for k in started if k != "high")
 
 
+# Alone: with two claims in flight, a full suite's load beside it (-n 4) made the claims' order
+# swap more than once in a run (33 and 34 jobs passed by a lower priority, bound 17), at d4fe54a too
+# (1 run in 6 with three CPU-bound processes beside it); by itself it holds.
+@pytest.mark.alone
 @pytest.mark.parametrize("pipeline", [1, None])
 def test_a_prefetching_worker_starts_its_jobs_in_the_order_claimed(app: App, pipeline: int | None) -> None:
     started: list[int] = []
@@ -101,7 +105,7 @@ def test_a_prefetching_worker_starts_its_jobs_in_the_order_claimed(app: App, pip
     if pipeline == 1 or not app.store.concurrent_writers:
         assert started == sorted(started, reverse=True), started
     else:  # two claims in flight (PostgreSQL's default): as two workers, by at most a claim's worth
-        assert passed_by_lower(started) <= 17, started
+        assert passed_by_lower(started) <= 17, "".join({10: "H", 0: "m", -10: "l"}.get(p, "?") for p in started)
 
 
 def test_show_and_its_json_tell_the_priority(app: App, store_url: str) -> None:
