@@ -205,8 +205,13 @@ def _children(store: Any, keys: Sequence[str]) -> dict[str, Job]:
         part = list(keys[start:start + 5000])
         found.update((j.key, j) for j in store.job_list(JobFilter(keys=part, limit=len(part))))
     missing = [k for k in keys if k not in found]
-    if missing:
-        raise InvalidInput(f"the wait's children are not all stored (pruned, or never spawned): {_named(missing)}")
+    if missing:  # pruned since they ended: their reserved keys' records keep how they ended
+        kept = store.reserved_get(missing)
+        lost = [k for k in missing if k not in kept or kept[k].result_digest is not None]
+        if lost:
+            raise InvalidInput(f"the wait's children are not all stored (never spawned, or pruned with a result "
+                               f"too long to keep): {_named(lost)}")
+        found.update(kept)
     return found
 
 

@@ -414,3 +414,36 @@ def test_replaying_a_dead_child_while_its_parent_waits_makes_the_parent_wait_for
     assert p.children_pending == 0 and p.run_at is not None and p.run_at.timestamp() <= store.now()  # woken
     app.work(burst=True, queues=["parents"])
     assert app.get("p").result == [1, 2]
+
+
+def test_children_pruned_before_their_parent_collects_answer_from_their_records(store_url: str, clock) -> None:
+    """A parent that collects after its children's history was pruned gets their outcomes from the
+    records that keep their keys reserved (a result longer than a record keeps is a clear error)."""
+    from firesafe import Retention
+    from firesafe.app import RESERVE_SETTLE
+
+    hour = 3600.0
+    app = App(store_url, clock=clock, retention=Retention(succeeded=hour, keys=24 * hour))
+    try:
+        @app.job(queue="kids", max_attempts=1)
+        def square(ctx, i: int) -> int:
+            return i * i
+
+        @app.job(queue="parents")
+        def total(ctx, count: int) -> int:
+            keys = ctx.spawn_many(square, [[i] for i in range(count)])
+            return sum(ctx.wait_children(keys))
+
+        total.enqueue(3, key="late")
+        app.work(["parents"], burst=True)  # spawns and parks
+        app.work(["kids"], burst=True)  # the children end; the parent is due, but no worker takes it yet
+        clock.advance(hour + 1)
+        app.prune()
+        clock.advance(RESERVE_SETTLE + 1)
+        removed = app.prune()
+        assert removed["succeeded"] == 3 and app.get("late/spawn-0/0").pruned
+        app.work(["parents"], burst=True)
+        job = app.get("late")
+        assert job.state == State.SUCCEEDED and job.result == 0 + 1 + 4
+    finally:
+        app.close()
