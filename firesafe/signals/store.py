@@ -10,10 +10,8 @@ from typing import Any
 
 from firesafe.errors import InvalidInput, JobNotFound
 from firesafe.signals.signals import SignalConflict, wait_step_name
+from firesafe.states import FINISHED
 from firesafe.store.driver import StorePart
-
-#: The states a job has finished in: no signal is sent to it.
-FINISHED = ("succeeded", "dead", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -87,4 +85,4 @@ class SignalsPart(StorePart):
         return {"job_id": job_id, "wake": wake, "now": now}
 
 
-__all__ = ["FINISHED", "SignalRecord", "SignalSent", "SignalsPart"]
+__all__ = ["SignalRecord", "SignalSent", "SignalsPart"]
