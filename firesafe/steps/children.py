@@ -112,17 +112,11 @@ def wait(steps: Steps, name: str, keys: Sequence[str], timeout: float | None, on
             raise ChildrenTimedOut(f"wait {name!r} timed out with {len(waiting)} of {len(keys)} children not "
                                    f"ended: {_named(waiting)}")
         steps.log[-1]["status"] = "waiting"
-        delay = PARK_MAX if deadline is None else max(0.0, min(PARK_MAX, deadline - now))
-        raise WaitingForChildren(delay, reason=f"waiting for children of {name!r} ({len(keys)} in all)")
+        raise WaitingForChildren(_park_for(deadline, now),
+                                 reason=f"waiting for children of {name!r} ({len(keys)} in all)")
     steps.log[-1].update(status="done", children=len(keys))
-    failed = [k for k in keys if jobs[k].state != State.SUCCEEDED]
-    if failed and on_dead == "fail":
-        raise ChildrenFailed(f"{len(failed)} of {len(keys)} children did not succeed: "
-                             + _named([f"{k} ({_how(jobs[k])})" for k in failed]), failed)
-    if on_dead == "fail":
-        return [jobs[k].result for k in keys]
-    return [{"key": k, "state": str(jobs[k].state), "result": jobs[k].result,
-             "error": None if jobs[k].state == State.SUCCEEDED else _how(jobs[k])} for k in keys]
+    outcomes = _outcomes(jobs, keys, on_dead, "children")
+    return [outcomes[k] if on_dead == "fail" else {"key": k, **outcomes[k]} for k in keys]
 
 
 def wait_some(steps: Steps, name: str, keys: Sequence[str], at_least: int, timeout: float | None,
@@ -158,21 +152,33 @@ def wait_some(steps: Steps, name: str, keys: Sequence[str], at_least: int, timeo
                 raise ChildrenTimedOut(f"wait {name!r} timed out with {count} of {len(keys)} children ended "
                                        f"({at_least} wanted)")
             steps.log[-1]["status"] = "waiting"
-            delay = PARK_MAX if deadline is None else max(0.0, min(PARK_MAX, deadline - now))
-            raise WaitingForChildren(delay, reason=f"waiting for {at_least} of {len(keys)} children of {name!r}")
+            raise WaitingForChildren(_park_for(deadline, now),
+                                     reason=f"waiting for {at_least} of {len(keys)} children of {name!r}")
         jobs = _children(store, keys)
         ended = [k for k in keys if jobs[k].state in FINISHED]
         _wake_at_all(steps)
         steps._record(got_name, got_position, ended)
         steps.log[-1].update(status="done", children=len(ended))
-    failed = [k for k in ended if jobs[k].state != State.SUCCEEDED]
+    return _outcomes(jobs, ended, on_dead, "children ended")
+
+
+def _park_for(deadline: float | None, now: float) -> float:
+    """How long a waiting parent parks: until its deadline, at most PARK_MAX (the store wakes it sooner)."""
+    return PARK_MAX if deadline is None else max(0.0, min(PARK_MAX, deadline - now))
+
+
+def _outcomes(jobs: dict[str, Job], keys: Sequence[str], on_dead: OnDead, what: str) -> dict[str, Any]:
+    """The failure policy of a wait, by key: with ``on_dead="fail"`` each child's result, or
+    ChildrenFailed naming those that did not succeed; with ``"collect"``, each one's state, result
+    and error."""
+    failed = [k for k in keys if jobs[k].state != State.SUCCEEDED]
     if failed and on_dead == "fail":
-        raise ChildrenFailed(f"{len(failed)} of {len(ended)} children ended did not succeed: "
+        raise ChildrenFailed(f"{len(failed)} of {len(keys)} {what} did not succeed: "
                              + _named([f"{k} ({_how(jobs[k])})" for k in failed]), failed)
     if on_dead == "fail":
-        return {k: jobs[k].result for k in ended}
+        return {k: jobs[k].result for k in keys}
     return {k: {"state": str(jobs[k].state), "result": jobs[k].result,
-                "error": None if jobs[k].state == State.SUCCEEDED else _how(jobs[k])} for k in ended}
+                "error": None if jobs[k].state == State.SUCCEEDED else _how(jobs[k])} for k in keys}
 
 
 def _wake_at_all(steps: Steps) -> None:
