@@ -329,7 +329,8 @@ def with_a_job(pg: Pg) -> tuple[PostgresStore, App, Any]:
 #: Statements that reach running jobs by id: they name the running state by the lease token (see the
 #: header of postgres.sql), so none can read the partial leases index.
 BY_ID = ["job_finish", "job_heartbeat", "job_rescue", "job_cancel_running", "attempts_of_job", "step_record",
-         "limiter_slots_prune", "limiter_job_live", "limiter_job_wait", "limiter_list"]
+         "limiter_slots_prune", "limiter_job_live", "limiter_job_wait", "limiter_list", "job_spawn_parent",
+         "job_children_wait"]
 
 
 def test_statements_that_reach_running_jobs_by_id_never_read_the_leases_index(pg: Pg) -> None:
@@ -356,6 +357,45 @@ def test_statements_that_reach_running_jobs_by_id_never_read_the_leases_index(pg
                     conn.execute("DEALLOCATE q")
         assert [n for n, plan in plans.items() if "firesafe_jobs_leases" in plan] == [], plans
         assert all("firesafe_jobs_pkey" in plans[n] for n in ("job_finish", "job_heartbeat", "step_record")), plans
+    finally:
+        app.close()
+
+
+#: Statements that reach waiting, ended or child jobs by id (a batch of ids, or one): they name those
+#: conditions so that no partial index (runnable, finished, children's) can serve them (see the header
+#: of postgres.sql).
+BY_ID_IN_A_STATE = ["job_children_settle", "job_children_unsettle", "alert_outbox_dead", "job_replay",
+                    "job_discard", "job_cancel_waiting", "job_rerun"]
+
+
+def test_statements_that_reach_waiting_or_ended_jobs_by_id_read_them_by_id(pg: Pg) -> None:
+    """The statistics are taken while every job runs (none waits, none has ended), as an ANALYZE of a
+    young store would see it. With state = 'dead' (or IN the ended or waiting states) in these
+    statements the planner read the whole finished (or runnable) index for them, which it believed
+    empty, instead of looking each job up by its id: a child's count-down read one index entry per
+    ended job of the store's history, and a replay of a batch one per dead job. Checked under the
+    generic plan a worker's finish-and-claim uses."""
+    store, app, work = with_a_job(pg)
+    try:
+        work.enqueue_many([{"args": [i]} for i in range(3000)])
+        while store.job_claim(ClaimParams(("default",), 1000, "w", 30.0)):
+            pass
+        with pg.admin() as conn:
+            conn.execute(f'ANALYZE "{pg.schema}".firesafe_jobs')
+            assert conn.execute(f'SELECT DISTINCT state FROM "{pg.schema}".firesafe_jobs').fetchall() == [("running",)]
+        plans = {}
+        with psycopg.connect(pg.url.split("?")[0], autocommit=True) as conn:
+            for name in BY_ID_IN_A_STATE:
+                query, names = numbered(store.q[name])
+                with conn.transaction():
+                    conn.execute(store.q["plan_generic"])
+                    conn.execute(f"PREPARE q AS {query}")
+                    plans[name] = "\n".join(r[0] for r in conn.execute(
+                        f"EXPLAIN EXECUTE q({', '.join(['NULL'] * len(names))})"))
+                    conn.execute("DEALLOCATE q")
+        partial = re.compile(r"firesafe_jobs_(finished|runnable|parent)")
+        assert [n for n, plan in plans.items() if partial.search(plan)] == [], plans
+        assert [n for n, plan in plans.items() if "firesafe_jobs_pkey" not in plan] == [], plans
     finally:
         app.close()
 

@@ -46,6 +46,16 @@ def test_query_reads_its_index(conn: sqlite3.Connection, sql: str, index: str) -
     assert not re.search(r"SCAN firesafe_jobs(?! USING)", text), text
 
 
+@pytest.mark.parametrize("name", ["job_children_settle", "job_children_unsettle", "alert_outbox_dead", "job_replay",
+                                  "job_discard", "job_cancel_waiting", "job_rerun"])
+def test_a_query_of_jobs_by_id_in_a_state_reads_them_by_id(conn: sqlite3.Connection, name: str) -> None:
+    # Not the index of that state: it holds the store's whole history of ended jobs (a child's
+    # count-down, a dead job's alert), and reading it for a batch cost one entry per ended job.
+    text = plan(conn, Q[name])
+    assert "INTEGER PRIMARY KEY" in text, text
+    assert not re.search(r"INDEX firesafe_jobs_(finished|parent|runnable)", text), text
+
+
 def test_suspects_count_reads_the_suspects_index(conn: sqlite3.Connection) -> None:
     text = plan(conn, Q["job_pending"])
     assert "INDEX firesafe_jobs_suspects" in text, text

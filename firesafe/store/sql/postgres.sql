@@ -15,6 +15,11 @@
 -- that index to find a batch instead of looking each job up by its id (see migration 0010).
 -- Statements about the running jobs as a set (the rescue's look for expired leases, counts) write
 -- state = 'running' and read that index.
+-- Waiting, ended or child jobs reached by id: the same holds for the partial runnable, finished and
+-- children's indexes. A statement that reaches jobs by id and needs them waiting or ended, or
+-- children (a replay, a cancel, a child's count-down), writes that condition as (...) IS TRUE, which
+-- no index can serve, so the jobs are looked up by id; written plainly, a planner whose statistics
+-- saw none ended read every entry of the finished index (the store's whole history) to find a batch.
 
 -- name: schema_present
 -- Whether firesafe's schema exists (PostgreSQL only): a DBA may create it for a role that may not.
@@ -344,7 +349,7 @@ moved AS (
     SET state = 'queued', attempt = 0, deferrals = 0, lost = 0, run_at = c.now, reason = NULL,
         finished_at = NULL, cancel_requested = false, updated_at = c.now
     FROM clock c
-    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state IN ('dead', 'cancelled')
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND (j.state IN ('dead', 'cancelled')) IS TRUE  -- by id (see the header)
     RETURNING j.id, j.queue, c.now AS at),
 recorded AS (
     INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
@@ -362,7 +367,7 @@ moved AS (
     UPDATE {schema}.firesafe_jobs j
     SET state = 'cancelled', reason = 'discarded', finished_at = c.now, updated_at = c.now
     FROM clock c
-    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'dead'
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND (j.state = 'dead') IS TRUE  -- by id (see the header)
     RETURNING j.id, c.now AS at),
 recorded AS (
     INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
@@ -378,7 +383,7 @@ moved AS (
     UPDATE {schema}.firesafe_jobs j
     SET state = 'cancelled', reason = 'cancelled', finished_at = c.now, updated_at = c.now
     FROM clock c
-    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state IN ('queued', 'scheduled')
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND (j.state IN ('queued', 'scheduled')) IS TRUE  -- by id (see the header)
     RETURNING j.id, c.now AS at),
 recorded AS (
     INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)

@@ -1,6 +1,9 @@
 -- Named queries of the SQLite store. The PostgreSQL file holds the same names.
 -- SQLite has no arrays: lists arrive as JSON text and are read with json_each().
 -- SQLite has no server clock: :now comes from the store's injected clock.
+-- Jobs reached by a list of ids: a condition on an indexed column beside the list (state = 'dead')
+-- is written with SQLite's unary + (+state = 'dead'), which keeps the planner on the ids: plainly
+-- written, it read every entry of that state's index (the store's whole history) to find a batch.
 
 -- name: migrations_create
 -- The table that records which numbered migrations ran.

@@ -19,7 +19,8 @@ SELECT 'dead_letter', 'critical', j.name, j.id, json_build_array(j.key)::text,
                          'message', j.error_message, 'attempt', j.attempt, 'runs', j.runs)::text,
        'dead:' || j.id || ':' || j.runs,
        coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
-FROM {schema}.firesafe_jobs j WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'dead'
+-- (state = 'dead') IS TRUE: by id, never the finished index (see the header of postgres.sql).
+FROM {schema}.firesafe_jobs j WHERE j.id = ANY(%(ids)s::bigint[]) AND (j.state = 'dead') IS TRUE
 ON CONFLICT (dedupe) DO NOTHING;
 
 -- name: alert_pending

@@ -5,8 +5,9 @@
 -- name: job_spawn_parent
 -- Hold the parent's row for a spawn, only while its attempt holds the lease (fencing).
 -- PostgreSQL differs: FOR UPDATE keeps a rescue (or a child's count-down) out until the spawn commits.
+-- Running by the token (see the header of postgres.sql).
 SELECT id, key FROM {schema}.firesafe_jobs
-WHERE id = %(parent_id)s AND state = 'running' AND lease_token = %(token)s
+WHERE id = %(parent_id)s AND lease_token = %(token)s
 FOR UPDATE;
 
 -- name: job_children_link
@@ -33,18 +34,20 @@ SELECT id FROM {schema}.firesafe_jobs WHERE id = ANY(%(parents)s::bigint[]) ORDE
 
 -- name: job_children_settle
 -- Mark the children among these jobs that have ended and were not counted off yet; returns each one's
--- parent (once per child), whose count job_parents_count_down then lowers.
+-- parent (once per child), whose count job_parents_count_down then lowers. The condition as
+-- (...) IS TRUE: by id, never the finished or the children's index (see the header of postgres.sql).
 UPDATE {schema}.firesafe_jobs SET settled = true
-WHERE id = ANY(%(ids)s::bigint[]) AND parent_id IS NOT NULL AND NOT settled
-  AND state IN ('succeeded', 'dead', 'cancelled')
+WHERE id = ANY(%(ids)s::bigint[])
+  AND (parent_id IS NOT NULL AND NOT settled AND state IN ('succeeded', 'dead', 'cancelled')) IS TRUE
 RETURNING parent_id;
 
 -- name: job_children_unsettle
 -- Children moved out of an ended state (replay, rerun): count them on their parent again; returns
--- each one's parent (once per child), whose count job_parents_count_up raises.
+-- each one's parent (once per child), whose count job_parents_count_up raises. By id, as
+-- job_children_settle.
 UPDATE {schema}.firesafe_jobs SET settled = false
-WHERE id = ANY(%(ids)s::bigint[]) AND parent_id IS NOT NULL AND settled
-  AND state NOT IN ('succeeded', 'dead', 'cancelled')
+WHERE id = ANY(%(ids)s::bigint[])
+  AND (parent_id IS NOT NULL AND settled AND state NOT IN ('succeeded', 'dead', 'cancelled')) IS TRUE
 RETURNING parent_id;
 
 -- name: job_parents_count_down
@@ -116,7 +119,7 @@ DELETE FROM {schema}.firesafe_steps WHERE job_id = ANY(%(ids)s::bigint[]) AND na
 -- (then job_children_ended and job_children_wake_set, in the same transaction). The row is locked:
 -- a child's count-down waits for it, so the ended children counted next and this count agree.
 SELECT children_pending FROM {schema}.firesafe_jobs
-WHERE id = %(parent_id)s AND state = 'running' AND lease_token = %(token)s
+WHERE id = %(parent_id)s AND lease_token = %(token)s  -- running by the token (see the header of postgres.sql)
 FOR UPDATE;
 
 -- name: job_children_ended

@@ -38,6 +38,6 @@ WITH moved AS (
         run_at = coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8), reason = NULL,
         result = NULL, finished_at = NULL, cancel_requested = false,
         updated_at = coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
-    WHERE id = %(job_id)s AND state IN ('dead', 'cancelled', 'succeeded')
+    WHERE id = %(job_id)s AND (state IN ('dead', 'cancelled', 'succeeded')) IS TRUE  -- by id (see the header of postgres.sql)
     RETURNING id, queue)
 SELECT id, pg_notify(%(channel)s, queue) FROM moved;

@@ -15,7 +15,7 @@ SELECT 'dead_letter', 'critical', name, id, json_array(key),
        json_object('key', key, 'queue', queue, 'reason', reason, 'error_type', error_type,
                    'message', error_message, 'attempt', attempt, 'runs', runs),
        'dead:' || id || ':' || runs, :now
-FROM firesafe_jobs WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'dead'
+FROM firesafe_jobs WHERE id IN (SELECT value FROM json_each(:ids)) AND +state = 'dead'  -- by id (sqlite.sql)
 ON CONFLICT (dedupe) DO NOTHING;
 
 -- name: alert_pending

@@ -25,9 +25,10 @@ SELECT id FROM firesafe_jobs WHERE id IN (SELECT value FROM json_each(:parents))
 -- name: job_children_settle
 -- Mark the children among these jobs that have ended and were not counted off yet; returns each one's
 -- parent (once per child), whose count job_parents_count_down then lowers.
+-- +parent_id, +state: by id (see the header of sqlite.sql).
 UPDATE firesafe_jobs SET settled = 1
-WHERE id IN (SELECT value FROM json_each(:ids)) AND parent_id IS NOT NULL AND NOT settled
-  AND state IN ('succeeded', 'dead', 'cancelled')
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +parent_id IS NOT NULL AND NOT settled
+  AND +state IN ('succeeded', 'dead', 'cancelled')
 RETURNING parent_id;
 
 -- name: job_children_unsettle
