@@ -16,16 +16,21 @@ from typing import Any
 from firesafe.errors import InvalidInput
 from firesafe.models import Job
 from firesafe.states import FINISHED, State
-from firesafe.store.base import FinishParams, InsertParams, dedupe_batch, in_batch_order
+from firesafe.store.base import InsertParams, dedupe_batch, in_batch_order
 from firesafe.store.driver import StorePart
+
+
+class _ParentGone(Exception):
+    """A spawn's parent no longer runs under the spawning attempt's lease: its inserts are undone."""
 
 
 class ChildrenCommon(StorePart):
     """The children part of a store's core: spawning, counting ends off, waking, reading."""
 
-    def _insert_in(self, c: Any, unique: list[InsertParams]) -> dict[str, Job]:
-        """Insert ``unique`` (deduplicated) in the open transaction ``c``; the jobs by key (see
-        ``job_insert_many``: stored ones for keys taken, ``created`` True for new ones)."""
+    def _insert_in(self, c: Any, unique: list[InsertParams], parent_id: int | None = None) -> dict[str, Job]:
+        """Insert ``unique`` (deduplicated) in the open transaction ``c``, the new rows naming
+        ``parent_id`` as their parent; the jobs by key (see ``job_insert_many``: stored ones for keys
+        taken, ``created`` True for new ones)."""
         raise NotImplementedError
 
     def _note_woken(self, c: Any, ids: Sequence[int], now: float | None) -> None:
@@ -39,24 +44,34 @@ class ChildrenCommon(StorePart):
                        step: str | None = None) -> list[Job] | None:
         unique = dedupe_batch(items)
         now = self._now()
-        with self._tx() as c:
-            if c.execute(self.q["job_spawn_parent"], {"parent_id": parent_id, "token": token}).fetchone() is None:
-                return None
-            stored = self._insert_in(c, unique) if unique else {}
-            new = [j.id for j in stored.values() if j.created]
-            for job in stored.values():
-                if not job.created and job.parent_id != parent_id:
-                    raise InvalidInput(f"key {job.key!r} is taken by a job that is not a child of this job; "
-                                       "give each child a key of its own (or leave key= out)")
-            if new:
-                c.execute(self.q["job_children_link"], {"parent_id": parent_id, "ids": self._list(new)})
-                detail = json.dumps({"step": step, "children": len(new)})
-                c.execute(self.q["job_children_add"], {"parent_id": parent_id, "n": len(new), "now": now,
-                                                       "detail": detail})
-                self._note_spawned(c, parent_id, detail, now)
+        try:
+            with self._tx() as c:
+                # The children first, then their parent's row (fenced by the attempt's lease): the
+                # order a finish takes a child's row and then its parent's to count it off, so the
+                # two cannot deadlock (a spawn that meets a child being finished waits for it).
+                stored = self._insert_in(c, unique, parent_id) if unique else {}
+                if c.execute(self.q["job_spawn_parent"], {"parent_id": parent_id, "token": token}).fetchone() is None:
+                    raise _ParentGone
+                self._spawn_count(c, parent_id, stored, step, now)
+        except _ParentGone:
+            return None
         for job in stored.values():
             job.parent_id = parent_id
         return in_batch_order(items, stored)
+
+    def _spawn_count(self, c: Any, parent_id: int, stored: dict[str, Job], step: str | None,
+                     now: float | None) -> None:
+        """Count the children a spawn created on their parent (in its transaction ``c``)."""
+        new = [j.id for j in stored.values() if j.created]
+        for job in stored.values():
+            if not job.created and job.parent_id != parent_id:
+                raise InvalidInput(f"key {job.key!r} is taken by a job that is not a child of this job; "
+                                   "give each child a key of its own (or leave key= out)")
+        if new:
+            detail = json.dumps({"step": step, "children": len(new)})
+            c.execute(self.q["job_children_add"], {"parent_id": parent_id, "n": len(new), "now": now,
+                                                   "detail": detail})
+            self._note_spawned(c, parent_id, detail, now)
 
     def job_children_wait(self, parent_id: int, token: str, keys: Sequence[str], at_least: int) -> int | None:
         with self._tx() as c:
@@ -75,14 +90,6 @@ class ChildrenCommon(StorePart):
         return ended
 
     # -- counting ends -----------------------------------------------------------------------
-    def _lock_parents(self, c: Any, finishes: Sequence[FinishParams]) -> None:
-        """Lock the parents of the children among ``finishes`` (in id order) before their rows: a
-        spawn holds its parent, then inserts or meets its children, so a finish that took a child
-        first and its parent last could deadlock with it. A batch without children sends nothing."""
-        parents = sorted({f.parent_id for f in finishes if f.parent_id is not None})
-        if parents:
-            c.execute(self.q["job_parents_lock"], {"parents": self._list(parents)})
-
     def _settle(self, c: Any, ids: Iterable[int], now: float | None) -> None:
         """Count the children among ``ids`` that have ended off their parents, once each; wake the
         parked parents whose count reaches 0. In the caller's transaction ``c``."""

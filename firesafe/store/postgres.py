@@ -778,7 +778,7 @@ class PostgresCore(CoreCommon, ChildrenCommon, DashboardQueries, MovesByQuery):
         return in_batch_order(items, stored)
 
     def _insert_params(self, part: Sequence[InsertParams], ids: list[int] | None,
-                       now: float | None) -> dict[str, Any]:
+                       now: float | None, parent_id: int | None) -> dict[str, Any]:
         return {
             "id": None if ids is None else _number_array(ids),
             "key": _text_array([i.key for i in part]), "name": _text_array([i.name for i in part]),
@@ -792,11 +792,11 @@ class PostgresCore(CoreCommon, ChildrenCommon, DashboardQueries, MovesByQuery):
             "trace_context": _text_array([i.trace_context for i in part])
             if any(i.trace_context is not None for i in part) else None,
             "priority": _number_array([i.priority for i in part]) if any(i.priority for i in part) else None,
-            "now": now, "channel": self.channel,
+            "now": now, "channel": self.channel, "parent_id": parent_id,
         }
 
-    def _insert_plan(self, unique: list[InsertParams], *,
-                     pipelined: bool) -> Generator[_Statement | _Pipelined, Any, dict[str, Job]]:
+    def _insert_plan(self, unique: list[InsertParams], *, pipelined: bool,
+                     parent_id: int | None = None) -> Generator[_Statement | _Pipelined, Any, dict[str, Job]]:
         """The insert of ``unique`` as the statements it runs, one at a time, and what it decides from
         their rows: the jobs by key, new or stored. It sends each statement out (a :class:`_Statement`,
         answered with its rows; with ``pipelined``, one :class:`_Pipelined` for all the chunks, answered
@@ -807,7 +807,7 @@ class PostgresCore(CoreCommon, ChildrenCommon, DashboardQueries, MovesByQuery):
         size = self.INSERT_CHUNK
         if len(unique) == 1:
             def chunks() -> Iterator[dict[str, Any]]:
-                yield self._insert_params(unique, None, self._now())
+                yield self._insert_params(unique, None, self._now(), parent_id)
         else:  # ids in enqueue order, rows in key order, one time for the batch (see job_insert)
             rows = yield _Statement("job_ids_next", {"n": len(unique), "now": self._now()})
             ids, now = rows[0]["ids"], rows[0]["now"]
@@ -816,7 +816,7 @@ class PostgresCore(CoreCommon, ChildrenCommon, DashboardQueries, MovesByQuery):
             def chunks() -> Iterator[dict[str, Any]]:  # built while the server inserts
                 for s in range(0, len(order), size):
                     yield self._insert_params([unique[k] for k in order[s:s + size]],
-                                              [ids[k] for k in order[s:s + size]], now)
+                                              [ids[k] for k in order[s:s + size]], now, parent_id)
         if pipelined:
             stored = yield _Pipelined(chunks)
         else:
@@ -842,13 +842,14 @@ class PostgresCore(CoreCommon, ChildrenCommon, DashboardQueries, MovesByQuery):
         check_existing(unique, stored)  # raises: the caller rolls this batch back
         return stored
 
-    def _insert_in(self, c: psycopg.Connection[Any], unique: list[InsertParams]) -> dict[str, Job]:
-        return self._insert(c, unique, prepare=None, pipeline=True)
+    def _insert_in(self, c: psycopg.Connection[Any], unique: list[InsertParams],
+                   parent_id: int | None = None) -> dict[str, Job]:
+        return self._insert(c, unique, prepare=None, pipeline=True, parent_id=parent_id)
 
     def _insert(self, c: psycopg.Connection[Any], unique: list[InsertParams], *, prepare: bool | None,
-                pipeline: bool) -> dict[str, Job]:
+                pipeline: bool, parent_id: int | None = None) -> dict[str, Job]:
         """Run :meth:`_insert_plan` on ``c``; large batches of the store's own are pipelined."""
-        plan = self._insert_plan(unique, pipelined=pipeline and len(unique) >= self.FRESH_MIN)
+        plan = self._insert_plan(unique, pipelined=pipeline and len(unique) >= self.FRESH_MIN, parent_id=parent_id)
         # Binary results: jobs rows decode several times faster than as text (floats above all); the
         # inserts' as tuples, the cheapest to decode.
         with c.cursor(row_factory=dict_row, binary=True) as cur, \
@@ -1033,7 +1034,6 @@ class PostgresCore(CoreCommon, ChildrenCommon, DashboardQueries, MovesByQuery):
             # job_finish_many), the claim, COMMIT.
             with c.pipeline(), c.transaction():
                 c.execute(self.q["plan_generic"])
-                self._lock_parents(c, once)
                 finished = c.execute(self.q["job_finish"], params)
                 self._outbox_dead(c, [i.job_id for i in once if i.state == State.DEAD], params["now"])
                 # Children that ended, counted off their parents (idempotent: an item this batch did
@@ -1055,7 +1055,6 @@ class PostgresCore(CoreCommon, ChildrenCommon, DashboardQueries, MovesByQuery):
         children = [i.job_id for i in once if i.parent_id is not None]
         if children:  # children that ended are counted off their parents in the same transaction
             with self._conn() as c, c.transaction():
-                self._lock_parents(c, once)
                 rows = c.execute(self.q["job_finish"], params).fetchall()
                 self._outbox_dead(c, dead, params["now"])
                 self._settle(c, children, params["now"])

@@ -371,14 +371,15 @@ class SQLiteCore(CoreCommon, ChildrenCommon, DashboardQueries, MovesByQuery):
             stored = self._insert_in(c, unique)
         return in_batch_order(items, stored)
 
-    def _insert_in(self, c: sqlite3.Connection, unique: list[InsertParams]) -> dict[str, Job]:
+    def _insert_in(self, c: sqlite3.Connection, unique: list[InsertParams],
+                   parent_id: int | None = None) -> dict[str, Job]:
         now = self.now()
         before = c.execute(Q["job_max_id"]).fetchone()[0]
         c.executemany(Q["job_insert"], [
             {"key": i.key, "name": i.name, "queue": i.queue, "fingerprint": i.fingerprint,
              "payload": i.payload, "arg_names": i.arg_names, "max_attempts": i.max_attempts,
              "run_at": i.run_at, "delay": i.delay, "now": now, "trace_context": i.trace_context,
-             "priority": i.priority}
+             "priority": i.priority, "parent_id": parent_id}
             for i in unique
         ])
         stored: dict[str, Job] = {}

@@ -102,6 +102,8 @@ FROM generate_series(1, %(n)s::int) AS g;
 -- still runs FIFO; a single job takes the next id and the clock here. pg_notify wakes listening
 -- workers when the transaction commits (the caller's, with enqueue(conn=...)); it runs once per
 -- queue, through the woken subquery, if any row was inserted.
+-- A spawn's children (children.sql) name their parent in the same insert (%(parent_id)s, one for
+-- the batch; NULL for every other enqueue).
 -- The store also runs this statement without its ON CONFLICT line (the one line that names it), for
 -- large batches of keys expected to be new: the server does a plain INSERT faster (no speculative
 -- insertion); a taken key then fails it, and the store redoes the batch as written here.
@@ -109,12 +111,13 @@ WITH clock AS MATERIALIZED (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
 inserted AS (
     INSERT INTO {schema}.firesafe_jobs (id, key, name, queue, fingerprint, payload, arg_names, state,
-                                        max_attempts, run_at, created_at, updated_at, trace_context, priority)
+                                        max_attempts, run_at, created_at, updated_at, trace_context, priority,
+                                        parent_id)
     SELECT coalesce(i.id, nextval('{schema}.firesafe_jobs_id_seq'::regclass)), i.key, i.name, i.queue,
            i.fingerprint, i.payload, i.arg_names,
            CASE WHEN coalesce(i.run_at, c.now + i.delay) > c.now THEN 'scheduled' ELSE 'queued' END,
            i.max_attempts, coalesce(i.run_at, c.now + i.delay), c.now, c.now, i.trace_context,
-           coalesce(i.priority, 0)
+           coalesce(i.priority, 0), %(parent_id)s::bigint
     FROM clock c CROSS JOIN
          -- trace_context and priority are NULL (no array) when no job of the batch has one (or one but
          -- 0): unnest pads them with NULLs.

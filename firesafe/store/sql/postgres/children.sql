@@ -3,17 +3,13 @@
 -- transaction that ends it; the count reaching 0 wakes a parked parent.
 
 -- name: job_spawn_parent
--- Hold the parent's row for a spawn, only while its attempt holds the lease (fencing).
--- PostgreSQL differs: FOR UPDATE keeps a rescue (or a child's count-down) out until the spawn commits.
--- Running by the token (see the header of postgres.sql).
+-- Hold the parent's row for a spawn, only while its attempt holds the lease (fencing), once the
+-- children are inserted (ChildrenCommon.job_spawn_many: a finish takes a child's row, then its
+-- parent's). PostgreSQL differs: FOR UPDATE keeps a rescue out until the spawn commits. Running by
+-- the token (see the header of postgres.sql).
 SELECT id, key FROM {schema}.firesafe_jobs
 WHERE id = %(parent_id)s AND lease_token = %(token)s
 FOR UPDATE;
-
--- name: job_children_link
--- Make the jobs a spawn just inserted children of their parent.
-UPDATE {schema}.firesafe_jobs SET parent_id = %(parent_id)s
-WHERE id = ANY(%(ids)s::bigint[]) AND parent_id IS NULL;
 
 -- name: job_children_add
 -- Count a spawn's new children (none of them has ended: they were inserted in this transaction) on
@@ -26,11 +22,6 @@ counted AS (
     RETURNING j.id)
 INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
 SELECT c.id, k.now, 'spawned', 'job', %(detail)s FROM counted c CROSS JOIN clock k;
-
--- name: job_parents_lock
--- Lock the parents of a batch's children, in id order, before the children's rows (see
--- ChildrenCommon._lock_parents: the order a spawn takes them in).
-SELECT id FROM {schema}.firesafe_jobs WHERE id = ANY(%(parents)s::bigint[]) ORDER BY id FOR UPDATE;
 
 -- name: job_children_settle
 -- Mark the children among these jobs that have ended and were not counted off yet; returns each one's
@@ -55,7 +46,8 @@ RETURNING parent_id;
 -- parent parked for its children (scheduled, reason 'children') whose count reaches its children_wake_at
 -- (0: all ended; job_children_wait) is due now:
 -- it gets a 'woken' event and the workers listening are woken. The parents' rows are locked in id
--- order, so concurrent batches cannot deadlock on them.
+-- order, so concurrent batches cannot deadlock on them; every transaction takes a child's row before
+-- its parent's (a finish, a rescue, a cancel, a spawn).
 WITH clock AS MATERIALIZED (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
 d AS (SELECT p AS id, count(*)::int AS n FROM unnest(%(parents)s::bigint[]) AS p GROUP BY p),

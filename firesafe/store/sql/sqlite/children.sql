@@ -3,24 +3,15 @@
 -- transaction that ends it; the count reaching 0 wakes a parked parent. Lists arrive as JSON text.
 
 -- name: job_spawn_parent
--- The parent's row for a spawn, only while its attempt holds the lease (fencing). SQLite differs: no
--- FOR UPDATE, the spawn's write transaction (BEGIN IMMEDIATE) already keeps every other writer out.
+-- The parent's row for a spawn, only while its attempt holds the lease (fencing), once the children
+-- are inserted (as on PostgreSQL). SQLite differs: no FOR UPDATE, the spawn's write transaction
+-- (BEGIN IMMEDIATE) already keeps every other writer out.
 SELECT id, key FROM firesafe_jobs WHERE id = :parent_id AND state = 'running' AND lease_token = :token;
-
--- name: job_children_link
--- Make the jobs a spawn just inserted children of their parent.
-UPDATE firesafe_jobs SET parent_id = :parent_id
-WHERE id IN (SELECT value FROM json_each(:ids)) AND parent_id IS NULL;
 
 -- name: job_children_add
 -- Count a spawn's new children (none of them has ended: they were inserted in this transaction) on
 -- their parent. SQLite differs: the spawn's event is written by event_insert.
 UPDATE firesafe_jobs SET children_pending = children_pending + :n WHERE id = :parent_id;
-
--- name: job_parents_lock
--- The parents of a batch's children. SQLite differs: one writer at a time, so no row locks (the
--- store does not run it; the name is kept for both dialects).
-SELECT id FROM firesafe_jobs WHERE id IN (SELECT value FROM json_each(:parents)) ORDER BY id;
 
 -- name: job_children_settle
 -- Mark the children among these jobs that have ended and were not counted off yet; returns each one's
