@@ -259,6 +259,18 @@ def _once_each(items: Sequence[_Item]) -> tuple[Sequence[_Item], list[bool]]:
     return [i for i, first in zip(items, firsts, strict=True) if first], firsts
 
 
+def _generations(items: Sequence[FinishParams]) -> list[Sequence[FinishParams]]:
+    """A batch of finishes as parts of which none holds a job and one of its children, children's
+    parts first: job_finish counts a child off its parent in the statement that ends the child, and
+    one statement cannot write a row twice. Almost every batch is one part."""
+    ids = {i.job_id for i in items}
+    parents = {i.parent_id for i in items if i.parent_id in ids}
+    if not parents:
+        return [items]
+    return [[i for i in items if i.job_id not in parents],
+            *_generations([i for i in items if i.job_id in parents])]
+
+
 def _applied_per_item(items: Sequence[_Item], firsts: list[bool], applied: set[int]) -> list[bool]:
     """Per item of a batch, whether it applied: it is its job's first item, and the job's statement did."""
     return [first and i.job_id in applied for i, first in zip(items, firsts, strict=True)]
@@ -280,7 +292,17 @@ def _render(schema: str, channel: str) -> dict[str, str]:
     on_conflict = "\n    ON CONFLICT (key) DO NOTHING\n"
     assert q["job_insert"].count(on_conflict) == 1, "job_insert must keep its one ON CONFLICT line"
     q["job_insert_new"] = q["job_insert"].replace(on_conflict, "\n")
+    # job_finish without its count-down of children: for batches without children (most), which
+    # would otherwise pay for its empty steps at every finish (see job_finish's comment).
+    done, count_down, _ = q["job_finish"].partition(_COUNT_DOWN)
+    assert count_down, "job_finish must keep its count-down of children after its trace entries"
+    q["job_finish_plain"] = done + "\nSELECT id FROM done;\n"
     return q
+
+
+#: Where job_finish's count-down of children begins: its first step (see _render).
+_COUNT_DOWN = ",\nended AS ("
+
 
 
 def _text_array(values: Sequence[str | None]) -> str:
@@ -1027,20 +1049,17 @@ class PostgresCore(CoreCommon, ChildrenCommon, DashboardQueries, MovesByQuery):
             return [], self.job_claim(claim)
         token = uuid.uuid4().hex
         once, firsts = _once_each(finishes)
-        params = self._finish_params(once)
+        now = self._now()
         # The claim's rows as tuples: see Job.from_claim_values.
         with self._conn() as c, c.cursor(row_factory=tuple_row, binary=True) as claimed:
-            # One round trip: BEGIN, generic plans (see plan_generic), the outcomes, their alerts (see
-            # job_finish_many), the claim, COMMIT.
+            # One round trip: BEGIN, generic plans (see plan_generic), the outcomes (children counted
+            # off their parents), their alerts (see job_finish_many), the claim, COMMIT.
             with c.pipeline(), c.transaction():
                 c.execute(self.q["plan_generic"])
-                finished = c.execute(self.q["job_finish"], params)
-                self._outbox_dead(c, [i.job_id for i in once if i.state == State.DEAD], params["now"])
-                # Children that ended, counted off their parents (idempotent: an item this batch did
-                # not apply changes nothing); a batch without children sends nothing more.
-                self._settle(c, [i.job_id for i in once if i.parent_id is not None], params["now"])
+                finished = self._finish_in(c, once, now)
+                self._outbox_dead(c, [i.job_id for i in once if i.state == State.DEAD], now)
                 claimed.execute(self._claim_sql(claim), self._claim_params(claim, token))
-            applied = {r["id"] for r in finished.fetchall()}
+            applied = {r["id"] for cur in finished for r in cur.fetchall()}
             rows = claimed.fetchall()
         return _applied_per_item(finishes, firsts, applied), [Claimed(Job.from_claim_values(r, claim.worker), token)
                                                               for r in rows]
@@ -1050,19 +1069,27 @@ class PostgresCore(CoreCommon, ChildrenCommon, DashboardQueries, MovesByQuery):
             return []
         # Alerts: jobs going dead get their dead_letter event in the same transaction (invariant 4).
         once, firsts = _once_each(items)
-        params = self._finish_params(once)
+        now = self._now()
         dead = [i.job_id for i in once if i.state == State.DEAD]
-        children = [i.job_id for i in once if i.parent_id is not None]
-        if children:  # children that ended are counted off their parents in the same transaction
+        if any(i.parent_id is not None for i in once):  # perhaps children and their parents together
             with self._conn() as c, c.transaction():
-                rows = c.execute(self.q["job_finish"], params).fetchall()
-                self._outbox_dead(c, dead, params["now"])
-                self._settle(c, children, params["now"])
+                rows = [r for cur in self._finish_in(c, once, now) for r in cur.fetchall()]
+                self._outbox_dead(c, dead, now)
         else:
-            rows = self._write_with_outbox("job_finish", params, dead)
+            rows = self._write_with_outbox("job_finish_plain", self._finish_params(once, now), dead)
         return _applied_per_item(items, firsts, {r["id"] for r in rows})
 
-    def _finish_params(self, items: Sequence[FinishParams]) -> dict[str, Any]:
+    def _finish_in(self, c: psycopg.Connection[Any], once: Sequence[FinishParams],
+                   now: float | None) -> list[psycopg.Cursor[Any]]:
+        """Send job_finish for ``once`` in the open transaction ``c``: one statement (without its
+        count-down for a batch without children), or, when the batch holds a job and one of its
+        children, one per generation, children first (see job_finish); the cursors to read the
+        applied ids from."""
+        if all(i.parent_id is None for i in once):
+            return [c.execute(self.q["job_finish_plain"], self._finish_params(once, now))]
+        return [c.execute(self.q["job_finish"], self._finish_params(part, now)) for part in _generations(once)]
+
+    def _finish_params(self, items: Sequence[FinishParams], now: float | None) -> dict[str, Any]:
         return {
             "job_id": _number_array([i.job_id for i in items]), "token": _text_array([i.token for i in items]),
             "seq": _number_array([i.seq for i in items]), "state": _text_array([i.state for i in items]),
@@ -1073,7 +1100,7 @@ class PostgresCore(CoreCommon, ChildrenCommon, DashboardQueries, MovesByQuery):
             "message": _text_array([i.message for i in items]),
             "traceback": _text_array([i.traceback for i in items]),
             "reason": _text_array([i.reason for i in items]), "detail": _text_array([i.detail for i in items]),
-            "now": self._now()}
+            "now": now, "channel": self.channel}
 
     def job_heartbeat_many(self, items: Sequence[tuple[int, str]], lease: float) -> dict[int, bool]:
         if not items:

@@ -183,6 +183,44 @@ def test_a_child_that_ends_before_its_parent_parks_does_not_strand_it(app: App) 
     assert p.state == State.SCHEDULED and p.run_at is not None and p.run_at.timestamp() <= store.now()
 
 
+@pytest.mark.parametrize("call", ["finish", "finish and claim"])
+def test_one_batch_that_ends_a_child_its_parent_and_parks_the_grandparent_counts_each_once(
+        app: App, call: str) -> None:
+    """A worker's batch of outcomes can hold a job and its child (a parent that did not wait, or one
+    parking while its last child ends): each child is counted off its parent once, and the parked
+    grandparent, whose only child ended in the same batch, is due at once."""
+    app.job(name="kid")(lambda ctx, i: i)
+    store = app.store
+
+    def one(key: str, queue: str) -> InsertParams:
+        return InsertParams(key=key, name="kid", queue=queue, fingerprint="f", payload='{"args":[0],"kwargs":{}}',
+                            arg_names='["i"]', max_attempts=3)
+
+    store.job_insert_many([one("a", "a")])
+    a = store.job_claim(ClaimParams(("a",), 1, "w", 30.0))[0]
+    store.job_spawn_many(a.job.id, a.token, [one("a/b", "b")])
+    b = store.job_claim(ClaimParams(("b",), 1, "w", 30.0))[0]
+    store.job_spawn_many(b.job.id, b.token, [one("a/b/c", "c")])
+    c = store.job_claim(ClaimParams(("c",), 1, "w", 30.0))[0]
+    assert (b.job.parent_id, c.job.parent_id) == (a.job.id, b.job.id)
+    batch = [  # the parents first: an order that ends nobody's child before its parent's own outcome
+        FinishParams(a.job.id, a.token, a.job.runs, State.SCHEDULED, Outcome.DEFERRED, delay=86400.0,
+                     given_back=1, reason="children"),
+        FinishParams(b.job.id, b.token, b.job.runs, State.SUCCEEDED, Outcome.SUCCEEDED, result="1",
+                     parent_id=a.job.id),
+        FinishParams(c.job.id, c.token, c.job.runs, State.SUCCEEDED, Outcome.SUCCEEDED, result="2",
+                     parent_id=b.job.id)]
+    if call == "finish":
+        assert store.job_finish_many(batch) == [True, True, True]
+    else:
+        applied, claimed = store.job_finish_and_claim(batch, ClaimParams(("none",), 1, "w", 30.0))
+        assert applied == [True, True, True] and claimed == []
+    pa, pb = store.job_get("a"), store.job_get("a/b")
+    assert (pa.children_pending, pb.children_pending) == (0, 0)
+    assert pb.state == State.SUCCEEDED and store.job_get("a/b/c").state == State.SUCCEEDED
+    assert pa.state == State.SCHEDULED and pa.run_at is not None and pa.run_at.timestamp() <= store.now()
+
+
 def test_a_rescued_dead_child_and_a_cancelled_one_count_as_ended(app: App, clock) -> None:
     app.job(name="kid", queue="kids")(lambda ctx, i: i)
     store = app.store

@@ -328,9 +328,9 @@ def with_a_job(pg: Pg) -> tuple[PostgresStore, App, Any]:
 
 #: Statements that reach running jobs by id: they name the running state by the lease token (see the
 #: header of postgres.sql), so none can read the partial leases index.
-BY_ID = ["job_finish", "job_heartbeat", "job_rescue", "job_cancel_running", "attempts_of_job", "step_record",
-         "limiter_slots_prune", "limiter_job_live", "limiter_job_wait", "limiter_list", "job_spawn_parent",
-         "job_children_wait"]
+BY_ID = ["job_finish", "job_finish_plain", "job_heartbeat", "job_rescue", "job_cancel_running", "attempts_of_job",
+         "step_record", "limiter_slots_prune", "limiter_job_live", "limiter_job_wait", "limiter_list",
+         "job_spawn_parent", "job_children_wait"]
 
 
 def test_statements_that_reach_running_jobs_by_id_never_read_the_leases_index(pg: Pg) -> None:

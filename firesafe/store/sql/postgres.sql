@@ -208,6 +208,15 @@ SET LOCAL plan_cache_mode = force_generic_plan;
 -- A job parking for its children (reason 'children') whose children have all ended meanwhile is due
 -- at once: its row is locked here, so a child's count-down (children.sql) runs before this, and this
 -- sees its count, or after, and wakes it (no wake-up is lost between the job's look and its park).
+-- Children that end here are counted off their parents here too (children.sql: the statement does
+-- what job_children_settle and job_parents_count_down do after a rescue or a cancel, without
+-- writing each child's row twice). A job that finishes under its lease token was running, and a
+-- running child is never marked settled (a replay or rerun unmarks it as it leaves its end), so
+-- every child that ends here is counted, once. A parent finishing in the same statement as one of
+-- its children would have its row written twice in one statement, which PostgreSQL does not do:
+-- the store sends such a batch as several statements, children before their parents
+-- (PostgresStore._finish_in). A batch without children runs this statement without its count-down
+-- (job_finish_plain: it ends at the trace entries), which would cost it a tenth of its drain.
 WITH clock AS MATERIALIZED (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now),
 f AS MATERIALIZED (
@@ -232,10 +241,11 @@ done AS (
         error_message = coalesce(f.message, j.error_message),
         reason = f.reason,
         finished_at = CASE WHEN f.state IN ('succeeded', 'dead', 'cancelled') THEN c.now ELSE NULL END,
+        settled = j.settled OR (j.parent_id IS NOT NULL AND f.state IN ('succeeded', 'dead', 'cancelled')),
         updated_at = c.now
     FROM f CROSS JOIN clock c
     WHERE j.id = f.job_id AND j.lease_token = f.token
-    RETURNING j.id, j.attempt, j.worker, j.started_at),
+    RETURNING j.id, j.attempt, j.worker, j.started_at, j.parent_id, j.state),
 closed AS (
     INSERT INTO {schema}.firesafe_attempts AS a (job_id, seq, attempt, worker, started_at, ended_at, outcome,
                                                  error_type, message, traceback, detail)
@@ -245,8 +255,30 @@ closed AS (
     ON CONFLICT (job_id, seq) DO UPDATE
     SET ended_at = excluded.ended_at, outcome = excluded.outcome, error_type = excluded.error_type,
         message = excluded.message, traceback = excluded.traceback, detail = excluded.detail
-    WHERE a.outcome IS NULL)
-SELECT id FROM done;
+    WHERE a.outcome IS NULL),
+-- The children that ended, counted off their parents (as job_parents_count_down): the parents'
+-- rows locked in id order, a parent parked for its children woken by the count that reaches its mark.
+ended AS (
+    SELECT parent_id AS id, count(*)::int AS n FROM done
+    WHERE parent_id IS NOT NULL AND state IN ('succeeded', 'dead', 'cancelled') GROUP BY parent_id),
+locked AS (
+    SELECT p.id FROM {schema}.firesafe_jobs p JOIN ended e ON e.id = p.id ORDER BY p.id FOR UPDATE OF p),
+lowered AS (
+    UPDATE {schema}.firesafe_jobs p
+    SET children_pending = p.children_pending - e.n,
+        run_at = CASE WHEN p.children_pending - e.n <= p.children_wake_at AND p.state = 'scheduled' AND p.reason = 'children'
+                      THEN least(p.run_at, c.now) ELSE p.run_at END
+    FROM locked l JOIN ended e ON e.id = l.id CROSS JOIN clock c
+    WHERE p.id = l.id
+    RETURNING p.id, p.queue, c.now AS at,
+              (p.children_pending <= p.children_wake_at AND p.children_pending + e.n > p.children_wake_at
+               AND p.state = 'scheduled' AND p.reason = 'children') AS woke),
+noted AS (
+    INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
+    SELECT id, at, 'woken', 'children', NULL FROM lowered WHERE woke),
+woken AS (
+    SELECT pg_notify(%(channel)s, q.queue) FROM (SELECT DISTINCT queue FROM lowered WHERE woke) q)
+SELECT id, (SELECT count(*) FROM woken) AS notified FROM done;
 
 -- name: attempt_close
 -- Write the trace entry of an attempt that ended, from its job's row (who ran it, since when) and its
