@@ -320,18 +320,29 @@ class Job:
         """Build from a store row (a mapping with the jobs table's columns): what a claim reads (see
         :meth:`from_claim_row`) and the job's history besides."""
         job = cls.from_claim_row(row, row["worker"])
-        finished, result = row["finished_at"], row["result"]
+        finished = row["finished_at"]
         job.finished_at = None if finished is None else datetime.fromtimestamp(finished, UTC)
-        if result is not None:
-            try:
-                value = json.loads(result)
-                _check_depth(result, value, MAX_DEPTH)
-                job.result = value
-            except Exception as exc:  # RecursionError, ValueError: whatever else the row holds still reads
-                job.unreadable = "; ".join(filter(None, [job.unreadable, _why_unreadable("result", exc)]))
+        job.result, unreadable = _result(row["result"])
+        if unreadable is not None:  # whatever else the row holds still reads
+            job.unreadable = "; ".join(filter(None, [job.unreadable, unreadable]))
         job.error_type, job.error_message, job.reason = row["error_type"], row["error_message"], row["reason"]
         job.fingerprint = row["fingerprint"]
         job.children_pending = int(row["children_pending"] or 0)
+        return job
+
+    @classmethod
+    def from_outcome_row(cls, row: Any) -> Job:
+        """Build from a row of only the columns an outcome needs (id, key, name, state, result,
+        error_type, error_message, reason, finished_at, parent_id): what a parent's wait reads of its
+        children, without their arguments. The rest keeps its defaults."""
+        finished = row["finished_at"]
+        job = cls(id=row["id"], key=row["key"], name=row["name"], queue="", state=_STATES[row["state"]], args=[],
+                  kwargs={}, arg_names=[], attempt=0, max_attempts=0, runs=0, deferrals=0, lost=0, run_at=None,
+                  created_at=_EPOCH, updated_at=_EPOCH,
+                  finished_at=None if finished is None else datetime.fromtimestamp(finished, UTC),
+                  error_type=row["error_type"], error_message=row["error_message"], reason=row["reason"],
+                  parent_id=row["parent_id"])
+        job.result, job.unreadable = _result(row["result"])
         return job
 
     @classmethod
@@ -343,13 +354,7 @@ class Job:
                   kwargs={}, arg_names=[], attempt=0, max_attempts=0, runs=0, deferrals=0, lost=0, run_at=None,
                   created_at=finished, updated_at=finished, finished_at=finished, fingerprint=row["fingerprint"],
                   pruned=True, result_digest=row["result_digest"])
-        if row["result"] is not None:
-            try:
-                value = json.loads(row["result"])
-                _check_depth(row["result"], value, MAX_DEPTH)
-                job.result = value
-            except Exception as exc:  # RecursionError, ValueError: the rest of the record still reads
-                job.unreadable = _why_unreadable("result", exc)
+        job.result, job.unreadable = _result(row["result"])  # the rest of the record still reads
         return job
 
     @classmethod
@@ -393,6 +398,21 @@ CLAIMED_COLUMNS = ("id", "key", "name", "queue", "state", "payload", "arg_names"
                    "priority", "parent_id")
 
 _STATES: dict[str, State] = {s.value: s for s in State}
+#: The times a job built from part of its row (:meth:`Job.from_outcome_row`) leaves unread.
+_EPOCH = datetime.fromtimestamp(0, UTC)
+
+
+def _result(text: str | None) -> tuple[Any, str | None]:
+    """A stored result's value, and why it cannot be read (RecursionError, ValueError, nested past
+    the cap: written by hand or by an older version), else None."""
+    if text is None:
+        return None, None
+    try:
+        value = json.loads(text)
+        _check_depth(text, value, MAX_DEPTH)
+    except Exception as exc:
+        return None, _why_unreadable("result", exc)
+    return value, None
 
 
 _scan_json = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__; typeshed omits it

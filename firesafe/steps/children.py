@@ -204,12 +204,7 @@ def _any_waiting(store: Any, job_id: int, keys: Sequence[str]) -> bool:
 
 
 def _children(store: Any, keys: Sequence[str]) -> dict[str, Job]:
-    from firesafe.store.base import JobFilter
-
-    found: dict[str, Job] = {}
-    for start in range(0, len(keys), 5000):
-        part = list(keys[start:start + 5000])
-        found.update((j.key, j) for j in store.job_list(JobFilter(keys=part, limit=len(part))))
+    found: dict[str, Job] = store.job_outcomes(keys)
     missing = [k for k in keys if k not in found]
     if missing:  # pruned since they ended: their reserved keys' records keep how they ended
         kept = store.reserved_get(missing)

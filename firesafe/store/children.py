@@ -143,6 +143,16 @@ class ChildrenCommon(StorePart):
         rows = self._read("job_by_id", {"id": job_id})
         return Job.from_row(rows[0]) if rows else None
 
+    #: Keys per read of job_outcomes.
+    OUTCOMES_CHUNK = 5000
+
+    def job_outcomes(self, keys: Sequence[str]) -> dict[str, Job]:
+        found: dict[str, Job] = {}
+        for start in range(0, len(keys), self.OUTCOMES_CHUNK):
+            part = self._list(keys[start:start + self.OUTCOMES_CHUNK])
+            found.update((r["key"], Job.from_outcome_row(r)) for r in self._read("job_outcomes", {"keys": part}))
+        return found
+
     def _children_ids(self, ids: Sequence[int], states: Sequence[State]) -> list[int]:
         if not ids:
             return []

@@ -370,6 +370,12 @@ class ChildStore(Protocol):
         """One job by id (a child's ``parent_id``), without its trace."""
         ...
 
+    def job_outcomes(self, keys: Sequence[str]) -> dict[str, Job]:
+        """How the jobs of ``keys`` stand, by key, read for a parent's wait: jobs with only their key,
+        name, state, result, error, reason and finish time (:meth:`Job.from_outcome_row`). Keys with
+        no job are left out."""
+        ...
+
 
 @runtime_checkable
 class AlertStore(Protocol):

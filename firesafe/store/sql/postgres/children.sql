@@ -98,6 +98,11 @@ WHERE parent_id = %(parent_id)s AND (%(state)s::text IS NULL OR state = %(state)
   AND id > %(after)s::bigint
 ORDER BY id LIMIT %(limit)s;
 
+-- name: job_outcomes
+-- How jobs stand, by key (a parent's wait collects its children): only the columns an outcome needs.
+SELECT id, key, name, state, result, error_type, error_message, reason, finished_at, parent_id
+FROM {schema}.firesafe_jobs WHERE key = ANY(%(keys)s::text[]);
+
 -- name: job_by_id
 -- One job by id (a child's parent).
 SELECT * FROM {schema}.firesafe_jobs WHERE id = %(id)s;

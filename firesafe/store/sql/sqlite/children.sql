@@ -69,6 +69,11 @@ SELECT * FROM firesafe_jobs
 WHERE parent_id = :parent_id AND (:state IS NULL OR state = :state) AND id > :after
 ORDER BY id LIMIT :limit;
 
+-- name: job_outcomes
+-- How jobs stand, by key (a parent's wait collects its children): only the columns an outcome needs.
+SELECT id, key, name, state, result, error_type, error_message, reason, finished_at, parent_id
+FROM firesafe_jobs WHERE key IN (SELECT value FROM json_each(:keys));
+
 -- name: job_by_id
 -- One job by id (a child's parent).
 SELECT * FROM firesafe_jobs WHERE id = :id;
