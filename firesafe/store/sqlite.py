@@ -374,23 +374,25 @@ class SQLiteCore(CoreCommon, ChildrenCommon, DashboardQueries, MovesByQuery):
     def _insert_in(self, c: sqlite3.Connection, unique: list[InsertParams],
                    parent_id: int | None = None) -> dict[str, Job]:
         now = self.now()
+        keys = json.dumps([i.key for i in unique])
+        # Keys whose job's history was pruned stay reserved by their records: not inserted (see
+        # job_insert; this write transaction keeps every other writer out until it ends).
+        reserved = {row["key"]: row for row in _dicts(c, Q["reserved_by_keys"], {"keys": keys})}
         before = c.execute(Q["job_max_id"]).fetchone()[0]
         c.executemany(Q["job_insert"], [
             {"key": i.key, "name": i.name, "queue": i.queue, "fingerprint": i.fingerprint,
              "payload": i.payload, "arg_names": i.arg_names, "max_attempts": i.max_attempts,
              "run_at": i.run_at, "delay": i.delay, "now": now, "trace_context": i.trace_context,
              "priority": i.priority, "parent_id": parent_id}
-            for i in unique
+            for i in unique if i.key not in reserved
         ])
         stored: dict[str, Job] = {}
-        for row in _dicts(c, Q["job_by_keys"], {"keys": json.dumps([i.key for i in unique])}):
+        for row in _dicts(c, Q["job_by_keys"], {"keys": keys}):
             job = Job.from_row(row)
             job.created = row["id"] > before
             stored[job.key] = job
-        if len(stored) < len(unique):  # reserved: their jobs' history was pruned
-            unseen = json.dumps([i.key for i in unique if i.key not in stored])
-            for row in _dicts(c, Q["reserved_by_keys"], {"keys": unseen}):
-                stored[row["key"]] = Job.from_reserved_row(row)
+        for key, row in reserved.items():  # a job's row still stored (not yet deleted) comes first
+            stored.setdefault(key, Job.from_reserved_row(row))
         check_existing(unique, stored)  # raises: the rollback drops this batch's rows
         return stored
 

@@ -25,14 +25,15 @@ SELECT coalesce(max(id), 0) AS max_id FROM firesafe_jobs;
 -- Insert one job unless its key exists or is reserved (the unique key decides; a key whose job's
 -- history was pruned stays reserved by its record, 0017_reserved_keys.sql; the caller compares
 -- fingerprints). A spawn's children (children.sql) name their parent (:parent_id; NULL for every
--- other enqueue). SQLite differs: INSERT ... SELECT, whose WHERE also keeps "ON CONFLICT" from
--- reading as a join's ON.
+-- other enqueue). SQLite differs: the store leaves the reserved keys out of the batch itself, having
+-- read them (reserved_by_keys) in the same write transaction, which no other writer can enter. An
+-- INSERT ... SELECT with a WHERE for them inserted rows that name a parent at half the speed
+-- (SQLite 3.40: the children's partial index; VALUES does not have it).
 INSERT INTO firesafe_jobs (key, name, queue, fingerprint, payload, arg_names, state, max_attempts,
                            run_at, created_at, updated_at, trace_context, priority, parent_id)
-SELECT :key, :name, :queue, :fingerprint, :payload, :arg_names,
-       CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 'scheduled' ELSE 'queued' END,
-       :max_attempts, coalesce(:run_at, :now + :delay), :now, :now, :trace_context, :priority, :parent_id
-WHERE NOT EXISTS (SELECT 1 FROM firesafe_keys WHERE key = :key)
+VALUES (:key, :name, :queue, :fingerprint, :payload, :arg_names,
+        CASE WHEN coalesce(:run_at, :now + :delay) > :now THEN 'scheduled' ELSE 'queued' END,
+        :max_attempts, coalesce(:run_at, :now + :delay), :now, :now, :trace_context, :priority, :parent_id)
 ON CONFLICT (key) DO NOTHING;
 
 -- name: job_by_keys
