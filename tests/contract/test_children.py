@@ -132,6 +132,22 @@ def test_collect_hands_back_results_and_errors(app: App) -> None:
     assert job.result[2]["error"].startswith("dead: ValueError")
 
 
+def test_outcomes_read_what_a_wait_needs_and_leave_unknown_keys_out(app: App) -> None:
+    effects: list[str] = []
+    _, total = _fan(app, effects, fail={2}, on_dead="collect")
+    total.enqueue(3, key="sum")
+    app.work(burst=True)
+    keys = ["sum/spawn-0/2", "sum/spawn-0/0", "never-spawned"]
+    got = app.store.job_outcomes(keys)
+    assert sorted(got) == ["sum/spawn-0/0", "sum/spawn-0/2"]
+    ok, dead = got["sum/spawn-0/0"], got["sum/spawn-0/2"]
+    full = app.get("sum/spawn-0/2")
+    assert (ok.state, ok.result, ok.name, ok.parent_id) == (State.SUCCEEDED, 0, "square", app.get("sum").id)
+    assert (dead.state, dead.error_type, dead.error_message, dead.reason) == (
+        State.DEAD, "ValueError", "bad 2", full.reason)
+    assert dead.last_error == "ValueError: bad 2" and dead.finished_at == full.finished_at
+
+
 def test_the_count_wakes_the_parent_once_the_last_child_ends_not_before(app: App) -> None:
     """Children finished one batch at a time: the parent stays parked (not due) until the last one."""
     done: list[int] = []
