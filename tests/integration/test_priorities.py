@@ -24,11 +24,16 @@ def app(store_url: str) -> Iterator[App]:
     a.close()
 
 
-def declare(app: App, started: list[int], lock: threading.Lock) -> Any:
+def declare(app: App, started: list[int], lock: threading.Lock,
+            claims: list[tuple[str, str]] | None = None) -> Any:
+    """The job the tests run; it notes its priority in ``started`` and, in ``claims``, its lease token
+    (one per claim) and its key, in the order the jobs start."""
     @app.job()
     def step(ctx: Any, priority_seen: int, sleep: float) -> None:
         with lock:
             started.append(priority_seen)
+            if claims is not None:
+                claims.append((ctx.job.token, ctx.job.key))
         time.sleep(sleep)
 
     return step
@@ -89,23 +94,30 @@ def test_a_job_of_higher_priority_claimed_later_starts_before_the_prefetched_one
     assert [k for k in started if k != "high"] == sorted(k for k in started if k != "high")
 
 
-# Alone: with two claims in flight, a full suite's load beside it (-n 4) made the claims' order
-# swap more than once in a run (33 and 34 jobs passed by a lower priority, bound 17), at d4fe54a too
-# (1 run in 6 with three CPU-bound processes beside it); by itself it holds.
-@pytest.mark.alone
 @pytest.mark.parametrize("pipeline", [1, None])
 def test_a_prefetching_worker_starts_its_jobs_in_the_order_claimed(app: App, pipeline: int | None) -> None:
     started: list[int] = []
+    claims: list[tuple[str, str]] = []
     lock = threading.Lock()
-    step = declare(app, started, lock)
+    step = declare(app, started, lock, claims)
     enqueue_mixed(step, per_level=40, sleep=0.0)
     # One thread, so start order is run order; a fixed prefetch.
     stats = app.work(burst=True, concurrency=1, prefetch=16, pipeline=pipeline)
     assert stats.succeeded == 120
     if pipeline == 1 or not app.store.concurrent_writers:
         assert started == sorted(started, reverse=True), started
-    else:  # two claims in flight (PostgreSQL's default): as two workers, by at most a claim's worth
-        assert passed_by_lower(started) <= 17, "".join({10: "H", 0: "m", -10: "l"}.get(p, "?") for p in started)
+        return
+    # Two claims in flight (PostgreSQL's default) take rows as two workers do: one claim passes over
+    # the rows the other holds locked. How far a claim's jobs start behind those of a claim made
+    # after it depends on the machine: a claim delayed under load (a full suite beside this test)
+    # let others take 33 jobs of lower priority first. What the worker decides is the order within
+    # each claim: its jobs start in the order the claim ranked them (priority, then enqueue order).
+    rank = {f"p{p}-{n}": (-p, n) for p in LEVELS for n in range(40)}
+    by_claim: dict[str, list[str]] = {}
+    for token, key in claims:
+        by_claim.setdefault(token, []).append(key)
+    assert len(by_claim) >= 120 // 16
+    assert all(keys == sorted(keys, key=rank.__getitem__) for keys in by_claim.values()), by_claim
 
 
 def test_show_and_its_json_tell_the_priority(app: App, store_url: str) -> None:
