@@ -326,6 +326,21 @@ def with_a_job(pg: Pg) -> tuple[PostgresStore, App, Any]:
     return store, app, work
 
 
+def generic_plans(pg: Pg, store: PostgresStore, names: list[str]) -> dict[str, str]:
+    """Each named statement's plan under the generic plan a worker's finish-and-claim uses."""
+    plans = {}
+    with psycopg.connect(pg.url.split("?")[0], autocommit=True) as conn:
+        for name in names:
+            query, params = numbered(store.q[name])
+            with conn.transaction():
+                conn.execute(store.q["plan_generic"])
+                conn.execute(f"PREPARE q AS {query}")
+                plans[name] = "\n".join(r[0] for r in conn.execute(
+                    f"EXPLAIN EXECUTE q({', '.join(['NULL'] * len(params))})"))
+                conn.execute("DEALLOCATE q")
+    return plans
+
+
 #: Statements that reach running jobs by id: they name the running state by the lease token (see the
 #: header of postgres.sql), so none can read the partial leases index.
 BY_ID = ["job_finish", "job_finish_plain", "job_heartbeat", "job_rescue", "job_cancel_running", "attempts_of_job",
@@ -345,16 +360,7 @@ def test_statements_that_reach_running_jobs_by_id_never_read_the_leases_index(pg
         with pg.admin() as conn:
             conn.execute(f'ANALYZE "{pg.schema}".firesafe_jobs')
         assert len(store.job_claim(ClaimParams(("default",), 512, "w", 30.0))) == 512
-        plans = {}
-        with psycopg.connect(pg.url.split("?")[0], autocommit=True) as conn:
-            for name in BY_ID:
-                query, names = numbered(store.q[name])
-                with conn.transaction():
-                    conn.execute(store.q["plan_generic"])
-                    conn.execute(f"PREPARE q AS {query}")
-                    plans[name] = "\n".join(r[0] for r in conn.execute(
-                        f"EXPLAIN EXECUTE q({', '.join(['NULL'] * len(names))})"))
-                    conn.execute("DEALLOCATE q")
+        plans = generic_plans(pg, store, BY_ID)
         assert [n for n, plan in plans.items() if "firesafe_jobs_leases" in plan] == [], plans
         assert all("firesafe_jobs_pkey" in plans[n] for n in ("job_finish", "job_heartbeat", "step_record")), plans
     finally:
@@ -383,16 +389,7 @@ def test_statements_that_reach_waiting_or_ended_jobs_by_id_read_them_by_id(pg: P
         with pg.admin() as conn:
             conn.execute(f'ANALYZE "{pg.schema}".firesafe_jobs')
             assert conn.execute(f'SELECT DISTINCT state FROM "{pg.schema}".firesafe_jobs').fetchall() == [("running",)]
-        plans = {}
-        with psycopg.connect(pg.url.split("?")[0], autocommit=True) as conn:
-            for name in BY_ID_IN_A_STATE:
-                query, names = numbered(store.q[name])
-                with conn.transaction():
-                    conn.execute(store.q["plan_generic"])
-                    conn.execute(f"PREPARE q AS {query}")
-                    plans[name] = "\n".join(r[0] for r in conn.execute(
-                        f"EXPLAIN EXECUTE q({', '.join(['NULL'] * len(names))})"))
-                    conn.execute("DEALLOCATE q")
+        plans = generic_plans(pg, store, BY_ID_IN_A_STATE)
         partial = re.compile(r"firesafe_jobs_(finished|runnable|parent)")
         assert [n for n, plan in plans.items() if partial.search(plan)] == [], plans
         assert [n for n, plan in plans.items() if "firesafe_jobs_pkey" not in plan] == [], plans
