@@ -12,15 +12,13 @@ windows are enqueued where a worker takes them. What a scheduler decided is reme
 from __future__ import annotations
 
 import logging
-import random
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from firesafe.errors import IdempotencyConflict, StoreError
 from firesafe.hooks import Hook
-from firesafe.retries.backoff import Backoff
+from firesafe.retries.duty import Duty
 from firesafe.schedules.plan import Plan, decide
 from firesafe.schedules.store import AdvanceParams, MissedWindow, NewEvent, ScheduleState
 
@@ -147,41 +145,27 @@ class Scheduler:
                             queue, exc, self.lease)
 
 
-class SchedulerDuty:
-    """The background duty of a worker that runs its scheduler (invariant 7): a small loop in a
-    thread of its own, so a slow tick never holds up jobs. Started by the worker for the schedules
-    of the queues it serves; stopping it gives the leases up."""
+class SchedulerDuty(Duty):
+    """The background duty of a worker that runs its scheduler (invariant 7): a tick every
+    ``interval`` in a thread of its own, so a slow tick never holds up jobs; a store fault backs off
+    (up to 15 s). Started by the worker for the schedules of the queues it serves; stopping it gives
+    the leases up."""
+
+    name = "scheduler"
+    log = log
 
     def __init__(self, app: App, holder: str, queues: Sequence[str] | None = None) -> None:
         self.scheduler = Scheduler(app, holder, queues=queues)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="firesafe-scheduler", daemon=True)
+        super().__init__()
 
-    def start(self) -> None:
-        self._thread.start()
+    def round(self) -> float:
+        self.scheduler.tick()
+        return self.scheduler.interval
 
-    def _loop(self) -> None:
-        faults = 0
-        backoff = Backoff(base=0.5, factor=2.0, cap=15.0, jitter="equal")
-        rng = random.Random()
-        while not self._stop.is_set():
-            try:
-                self.scheduler.tick()
-                faults = 0
-                pause = self.scheduler.interval
-            except StoreError as exc:
-                faults += 1
-                pause = backoff.delay(faults, rng.random())
-                log.error("scheduler: store fault (%s); retrying in %.1fs", exc, pause)
-            except Exception:  # a bug: keep the worker alive, try again later
-                log.exception("scheduler tick failed")
-                pause = self.scheduler.lease
-            self._stop.wait(pause)
+    def after_bug(self) -> float:
+        return self.scheduler.lease
 
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+    def released(self) -> None:
         self.scheduler.stop()
 
 
