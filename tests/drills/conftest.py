@@ -9,6 +9,7 @@ absorbed (the at-least-once attempts) are counted and printed, not hidden.
 from __future__ import annotations
 
 import os
+import signal
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -73,6 +74,17 @@ class Drill:
                                    "--seed", str(seed)], self.folder)
         self.started.append(proc)
         return proc
+
+    def stop(self, workers: list[Proc], codes: tuple[int, ...] = (0,)) -> None:
+        """SIGTERM each worker once it is ready (its handlers in: before that, SIGTERM's default
+        kills it, which a worker started late in a drill, while the others end the jobs, may still
+        be), then wait for each to exit with one of ``codes``."""
+        for w in workers:
+            wait_until(lambda w=w: (self.folder / f"worker-{w.pid}.ready").exists() or not w.alive(), 60,
+                       f"{w.name} to be ready")
+            w.signal(signal.SIGTERM)
+        for w in workers:
+            assert w.wait(30) in codes, w.stderr()[-3000:]
 
     def stop_all(self) -> None:
         for p in self.started:

@@ -55,11 +55,7 @@ def test_sigkill_workers_mid_fan_out_loses_nothing_and_repeats_no_effect(drill: 
     # Then every parent and child ends, and the workers stop cleanly when asked
     every = PARENTS * (CHILDREN + 1)
     wait_until(lambda: drill.finished() == every, 240, "every parent and child to end", interval=0.25)
-    for w in workers:  # SIGTERM stops a worker gracefully once it is ready (its handlers installed)
-        wait_until(lambda w=w: (drill.folder / f"worker-{w.pid}.ready").exists(), 60, f"{w.name} ready")
-        w.signal(signal.SIGTERM)
-    for w in workers:
-        assert w.wait(30) == 0, w.stderr()[-3000:]
+    drill.stop(workers)
 
     children = [f"{p}/spawn-0/{i}" for p in parents for i in range(CHILDREN)]
     report = drill.verify(parents + children, allow_dead=False)  # each effect applied, exactly once

@@ -58,10 +58,7 @@ def test_sigkill_a_random_worker_every_two_seconds_ten_times(drill: Drill) -> No
     # Then the workers finish every job, and stop cleanly when asked
     wait_until(lambda: drill.finished() == JOBS, 240, "every job to end", interval=0.25)
     elapsed = time.monotonic() - started
-    for w in workers:
-        w.signal(signal.SIGTERM)
-    for w in workers:
-        assert w.wait(30) == 0, w.stderr()[-3000:]
+    drill.stop(workers)  # the last replacement may still be starting
 
     report = drill.verify(keys)
     for key in report.dead:  # the only way to die here: lost three times

@@ -14,7 +14,6 @@ stay up, back off, and finish everything afterwards.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 import uuid
@@ -65,10 +64,8 @@ def weather(drill: Drill, workers: list[Proc], name: str, strike: Callable[[], N
 
 def finish(drill: Drill, workers: list[Proc], name: str, lines: list[str]) -> None:
     wait_until(lambda: drill.finished() == len(JOBS), 90, "every job to finish after the faults")
+    drill.stop(workers)
     for w in workers:
-        w.signal(signal.SIGTERM)
-    for w in workers:
-        assert w.wait(30) == 0, w.stderr()[-3000:]
         log = w.stderr()
         assert "Traceback" not in log
         assert "store is reachable again; resuming" in log
