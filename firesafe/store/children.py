@@ -2,9 +2,11 @@
 
 A parent's row counts its children not yet ended (``children_pending``). The count goes up in the
 transaction that inserts children (:meth:`ChildrenCommon.job_spawn_many`) and down in the
-transaction that ends one (a finish, a rescue, a cancel: :meth:`ChildrenCommon._settle`), and the
-decrement that reaches 0 wakes the parent if it is parked for its children. Each child's end is
-counted once (its ``settled`` mark), so a path that may see it twice changes nothing the second time.
+transaction that ends one (a finish, a rescue, a cancel: :meth:`ChildrenCommon._settle`; on
+PostgreSQL a finish's own statement, job_finish, does it), and the decrement that reaches 0 wakes the
+parent if it is parked for its children. Each child's end is counted once (its ``settled`` mark), so
+a path that may see it twice changes nothing the second time. Every writer takes a child's row before
+its parent's (a spawn inserts its children, then holds the parent), so none can deadlock another.
 """
 
 from __future__ import annotations
@@ -52,16 +54,17 @@ class ChildrenCommon(StorePart):
                 stored = self._insert_in(c, unique, parent_id) if unique else {}
                 if c.execute(self.q["job_spawn_parent"], {"parent_id": parent_id, "token": token}).fetchone() is None:
                     raise _ParentGone
-                self._spawn_count(c, parent_id, stored, step, now)
+                self._count_spawned(c, parent_id, stored, step, now)
         except _ParentGone:
             return None
         for job in stored.values():
             job.parent_id = parent_id
         return in_batch_order(items, stored)
 
-    def _spawn_count(self, c: Any, parent_id: int, stored: dict[str, Job], step: str | None,
-                     now: float | None) -> None:
-        """Count the children a spawn created on their parent (in its transaction ``c``)."""
+    def _count_spawned(self, c: Any, parent_id: int, stored: dict[str, Job], step: str | None,
+                       now: float | None) -> None:
+        """Count the children a spawn created on their parent and note the spawn, in its transaction
+        ``c``; a key the spawn met that belongs to a job not this parent's child is refused."""
         new = [j.id for j in stored.values() if j.created]
         for job in stored.values():
             if not job.created and job.parent_id != parent_id:
