@@ -199,6 +199,7 @@ def run_enqueue(opts: argparse.Namespace) -> int:
             seen += len(jobs)
             created.extend(j.key for j in jobs if j.created)
         i += opts.batch
+        time.sleep(opts.pause)
     app.close()
     Path(opts.out).write_text(json.dumps({"pid": os.getpid(), "seen": seen, "created": created}))
     return 0
@@ -219,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pause", type=float, default=0.0, help="seconds an enqueuer waits after each chunk")
     parser.add_argument("--ready")
     parser.add_argument("--barrier")
     parser.add_argument("--out")
