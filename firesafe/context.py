@@ -119,24 +119,13 @@ class Context:
         steps = self._need_steps()
         name = check_signal_name(name)
         wait = DEFAULT_SIGNAL_TIMEOUT if timeout is None else check_wait(timeout, "ctx.wait_for_signal's timeout")
-        if self._is_async:
-            async def later() -> Any:
-                return steps.wait_for_signal(name, wait, default)
-
-            return later()
-        return steps.wait_for_signal(name, wait, default)
+        return self._now_or_awaited(lambda: steps.wait_for_signal(name, wait, default))
 
     def _sleep(self, until: float, name: str | None) -> Any:
         steps = self._need_steps()
         label = name or f"sleep-{self._sleeps}"
         self._sleeps += 1
-        if self._is_async:
-            async def later() -> None:
-                steps.sleep_until(label, until)
-
-            return later()
-        steps.sleep_until(label, until)
-        return None
+        return self._now_or_awaited(lambda: steps.sleep_until(label, until))
 
     # -- children ----------------------------------------------------------------------------
     def spawn(self, job: Any, *args: Any, key: str | None = None, name: str | None = None, **kwargs: Any) -> Any:
@@ -182,12 +171,7 @@ class Context:
         policy = children.check_on_dead(on_dead)
         label = children.WAIT_PREFIX + (name or str(self._waits))
         self._waits += 1
-        if self._is_async:
-            async def later() -> Any:
-                return children.wait(steps, label, wanted, timeout, policy)
-
-            return later()
-        return children.wait(steps, label, wanted, timeout, policy)
+        return self._now_or_awaited(lambda: children.wait(steps, label, wanted, timeout, policy))
 
     def wait_any(self, keys: Any, *, at_least: int = 1, timeout: float | None = None, on_dead: str = "fail",
                  name: str | None = None) -> Any:
@@ -213,12 +197,7 @@ class Context:
         policy = children.check_on_dead(on_dead)
         label = children.WAIT_PREFIX + (name or str(self._waits))
         self._waits += 1
-        if self._is_async:
-            async def later() -> Any:
-                return children.wait_some(steps, label, wanted, at_least, timeout, policy)
-
-            return later()
-        return children.wait_some(steps, label, wanted, at_least, timeout, policy)
+        return self._now_or_awaited(lambda: children.wait_some(steps, label, wanted, at_least, timeout, policy))
 
     def _spawn(self, job: Any, entries: list[dict[str, Any]], name: str | None, one: bool) -> Any:
         from firesafe.steps import children
@@ -240,6 +219,11 @@ class Context:
             keys = children.spawn(steps, label, self.job.key, build)
             return keys[0] if one else keys
 
+        return self._now_or_awaited(run)
+
+    def _now_or_awaited(self, run: Callable[[], Any]) -> Any:
+        """``run()`` now or, in an ``async def`` job, a coroutine that runs it when awaited (what
+        the job awaits: a wait raises there, when the job reaches it)."""
         if self._is_async:
             async def later() -> Any:
                 return run()
