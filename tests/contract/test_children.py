@@ -474,7 +474,7 @@ def test_children_pruned_before_their_parent_collects_answer_from_their_records(
     """A parent that collects after its children's history was pruned gets their outcomes from the
     records that keep their keys reserved (a result longer than a record keeps is a clear error)."""
     from firesafe import Retention
-    from firesafe.app import RESERVE_SETTLE
+    from tests.contract.test_reserved_keys import prune_settled
 
     hour = 3600.0
     app = App(store_url, clock=clock, retention=Retention(succeeded=hour, keys=24 * hour))
@@ -491,10 +491,7 @@ def test_children_pruned_before_their_parent_collects_answer_from_their_records(
         total.enqueue(3, key="late")
         app.work(["parents"], burst=True)  # spawns and parks
         app.work(["kids"], burst=True)  # the children end; the parent is due, but no worker takes it yet
-        clock.advance(hour + 1)
-        app.prune()
-        clock.advance(RESERVE_SETTLE + 1)
-        removed = app.prune()
+        removed = prune_settled(app, clock, hour)
         assert removed["succeeded"] == 3 and app.get("late/spawn-0/0").pruned
         app.work(["parents"], burst=True)
         job = app.get("late")

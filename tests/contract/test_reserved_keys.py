@@ -44,6 +44,15 @@ def _rows(app: App) -> int:
     return app.store.job_count(JobFilter())
 
 
+def prune_settled(app: App, clock, age: float = HOUR) -> dict[str, int]:
+    """Prune the jobs that finished before ``age`` from now in the two passes a worker's pruner
+    makes: the keys' records, then (once they have settled) the rows. The second pass's counts."""
+    clock.advance(age + 1)
+    app.prune()
+    clock.advance(RESERVE_SETTLE + 1)
+    return app.prune()
+
+
 def test_a_pruned_jobs_key_stays_reserved_and_answers_duplicates(kept: App, clock) -> None:
     echo, _ = declare(kept)
     first = echo.enqueue({"total": 5}, key="order-1")
@@ -79,10 +88,7 @@ def test_the_key_is_free_once_its_record_expires(kept: App, clock) -> None:
     echo, _ = declare(kept)
     echo.enqueue(1, key="k")
     kept.work(burst=True)
-    clock.advance(HOUR + 1)
-    kept.prune()
-    clock.advance(RESERVE_SETTLE + 1)
-    kept.prune()
+    prune_settled(kept, clock)
     assert kept.get("k").pruned
     clock.advance(24 * HOUR)
     assert kept.prune()["keys_freed"] == 1
@@ -96,10 +102,7 @@ def test_dead_and_cancelled_jobs_keep_their_final_state(kept: App, clock) -> Non
     echo.enqueue(1, key="cancelled-1", delay=10 * HOUR)
     kept.work(burst=True)
     assert kept.cancel("cancelled-1") == "cancelled"
-    clock.advance(2 * HOUR + 1)
-    kept.prune()
-    clock.advance(RESERVE_SETTLE + 1)
-    removed = kept.prune()
+    removed = prune_settled(kept, clock, 2 * HOUR)
     assert (removed["dead"], removed["cancelled"]) == (1, 1)
     dead, cancelled = kept.get("dead-1"), kept.get("cancelled-1")
     assert (dead.state, dead.pruned, dead.result) == (State.DEAD, True, None)
@@ -116,10 +119,7 @@ def test_a_long_result_is_kept_as_its_digest(kept: App, clock) -> None:
     echo.enqueue("small", key="small")
     kept.work(burst=True)
     assert kept.store.job_get("big").result == big
-    clock.advance(HOUR + 1)
-    kept.prune()
-    clock.advance(RESERVE_SETTLE + 1)
-    kept.prune()
+    prune_settled(kept, clock)
     job, small = kept.get("big"), kept.get("small")
     assert job.result is None and small.result == "small" and small.result_digest is None
     # The digest is the SHA-256 of the stored result's JSON text, the same on every store.
@@ -185,10 +185,7 @@ def test_a_large_batch_meets_a_reserved_key(kept: App, clock) -> None:
     echo, _ = declare(kept)
     echo.enqueue(0, key="bulk-0")
     kept.work(burst=True)
-    clock.advance(HOUR + 1)
-    kept.prune()
-    clock.advance(RESERVE_SETTLE + 1)
-    assert kept.prune()["succeeded"] == 1
+    assert prune_settled(kept, clock)["succeeded"] == 1
     jobs = echo.enqueue_many([{"args": [i], "key": f"bulk-{i}"} for i in range(200)])
     assert [j.created for j in jobs] == [False] + [True] * 199
     assert jobs[0].pruned and jobs[0].result == 0
@@ -204,10 +201,7 @@ def test_show_tells_a_pruned_job_from_a_kept_one(kept: App, clock, store_url: st
     echo.enqueue("<b>done</b>", key="shown")
     echo.enqueue("x" * (RESERVED_RESULT_MAX + 1), key="long")
     kept.work(burst=True)
-    clock.advance(HOUR + 1)
-    kept.prune()
-    clock.advance(RESERVE_SETTLE + 1)
-    kept.prune()
+    prune_settled(kept, clock)
     runner = CliRunner()
     text = runner.invoke(cli, ["show", "shown", "--store", store_url], catch_exceptions=False)
     assert text.exit_code == 0, text.output
@@ -227,10 +221,7 @@ def test_the_dashboard_shows_a_pruned_job_without_actions(kept: App, clock) -> N
     _, boom = declare(kept)
     boom.enqueue(1, key="gone/dead")
     kept.work(burst=True)
-    clock.advance(2 * HOUR + 1)
-    kept.prune()
-    clock.advance(RESERVE_SETTLE + 1)
-    assert kept.prune()["dead"] == 1
+    assert prune_settled(kept, clock, 2 * HOUR)["dead"] == 1
     html = page_of(kept, f"/job?key={quote('gone/dead')}")
     assert 'id="job-pruned"' in html and "History pruned" in html
     assert 'id="replay-button"' not in html and 'id="discard-button"' not in html  # nothing left to replay
@@ -330,7 +321,8 @@ def test_one_process_prunes_at_a_time(store_url: str, clock) -> None:
 def test_a_running_worker_prunes_in_the_background(store_url: str, clock) -> None:
     """A worker's pruner runs in a thread of its own, under the pruner lease, while the loop claims."""
     import threading
-    import time
+
+    from tests.processes import wait_until
 
     app = App(store_url, clock=clock, retention=Retention(succeeded=HOUR, keys=24 * HOUR), prune_interval=0.05)
     echo, _ = declare(app)
@@ -341,13 +333,11 @@ def test_a_running_worker_prunes_in_the_background(store_url: str, clock) -> Non
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
-        deadline = time.monotonic() + 30
         # Records first (one prune), then, once they have settled, the rows (a later one).
-        while len(app.store.reserved_get([f"bg{i}" for i in range(20)])) < 20 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: len(app.store.reserved_get([f"bg{i}" for i in range(20)])) == 20, 30, "the keys' records",
+                   interval=0.02)
         clock.advance(RESERVE_SETTLE + 1)
-        while _rows(app) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: _rows(app) == 0, 30, "the rows pruned", interval=0.02)
         assert _rows(app) == 0
         assert echo.enqueue(3, key="bg3").pruned  # the key still answers from its record
     finally:
