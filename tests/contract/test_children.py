@@ -11,7 +11,7 @@ import pytest
 from firesafe import App, Backoff, State
 from firesafe.idempotency.keys import fingerprint
 from firesafe.states import Outcome
-from firesafe.store.base import ClaimParams, FinishParams, InsertParams, RescueParams
+from firesafe.store.base import Claimed, ClaimParams, FinishParams, InsertParams, RescueParams
 
 FAST = Backoff(base=1.0, jitter="none")
 
@@ -35,6 +35,16 @@ def _fan(app: App, effects: list[str], *, n: int = 3, fail: set[int] = frozenset
         return results if on_dead == "collect" else sum(results)
 
     return square, total
+
+
+def claimed_parent(app: App) -> Claimed:
+    """Declare job ``kid`` (queue kids), and insert and claim a job "p" of it (queue parents) to
+    spawn children from, under its lease, through the store."""
+    app.job(name="kid", queue="kids")(lambda ctx, i: i)
+    app.store.job_insert_many([InsertParams(key="p", name="kid", queue="parents", fingerprint="f",
+                                            payload='{"args":[0],"kwargs":{}}', arg_names='["i"]',
+                                            max_attempts=3)])
+    return app.store.job_claim(ClaimParams(("parents",), 1, "w", 30.0))[0]
 
 
 def test_a_parent_gets_its_childrens_results_after_they_end(app: App) -> None:
@@ -181,11 +191,8 @@ def test_the_count_wakes_the_parent_once_the_last_child_ends_not_before(app: App
 
 def test_a_child_that_ends_before_its_parent_parks_does_not_strand_it(app: App) -> None:
     """The last child ends between the parent's look and its park: the park finds the count at 0."""
-    app.job(name="kid", queue="kids")(lambda ctx, i: i)
     store = app.store
-    store.job_insert_many([InsertParams(key="p", name="kid", queue="parents", fingerprint="f",
-                                        payload='{"args":[0],"kwargs":{}}', arg_names='["i"]', max_attempts=3)])
-    pc = store.job_claim(ClaimParams(("parents",), 1, "w", 30.0))[0]
+    pc = claimed_parent(app)
     kid = InsertParams(key="p/k", name="kid", queue="kids", fingerprint="g", payload='{"args":[1],"kwargs":{}}',
                        arg_names='["i"]', max_attempts=3)
     store.job_spawn_many(pc.job.id, pc.token, [kid])
@@ -238,11 +245,8 @@ def test_one_batch_that_ends_a_child_its_parent_and_parks_the_grandparent_counts
 
 
 def test_a_rescued_dead_child_and_a_cancelled_one_count_as_ended(app: App, clock) -> None:
-    app.job(name="kid", queue="kids")(lambda ctx, i: i)
     store = app.store
-    store.job_insert_many([InsertParams(key="p", name="kid", queue="parents", fingerprint="f",
-                                        payload='{"args":[0],"kwargs":{}}', arg_names='["i"]', max_attempts=3)])
-    pc = store.job_claim(ClaimParams(("parents",), 1, "w", 30.0))[0]
+    pc = claimed_parent(app)
     kids = [InsertParams(key=f"p/k{i}", name="kid", queue="kids", fingerprint="g",
                          payload='{"args":[1],"kwargs":{}}', arg_names='["i"]', max_attempts=3) for i in range(2)]
     store.job_spawn_many(pc.job.id, pc.token, kids)

@@ -16,12 +16,13 @@ from firesafe import App, Backoff, State
 from firesafe.errors import InvalidInput
 from firesafe.states import Outcome
 from firesafe.store.base import ClaimParams, FinishParams, InsertParams
+from tests.contract.test_children import claimed_parent
 
 FAST = Backoff(base=1.0, jitter="none")
 
 
-def _kid(i: int, parent: str = "p") -> InsertParams:
-    return InsertParams(key=f"{parent}/k{i}", name="kid", queue="kids", fingerprint=f"f{i}",
+def _kid(i: int) -> InsertParams:
+    return InsertParams(key=f"p/k{i}", name="kid", queue="kids", fingerprint=f"f{i}",
                         payload=f'{{"args":[{i}],"kwargs":{{}}}}', arg_names='["i"]', max_attempts=3)
 
 
@@ -129,11 +130,8 @@ def test_a_later_wait_for_all_is_woken_by_the_last_child_not_by_the_mark_of_the_
 
 
 def test_the_store_counts_the_ended_children_under_the_lease(app: App) -> None:
-    app.job(name="kid", queue="kids")(lambda ctx, i: i)
     store = app.store
-    store.job_insert_many([InsertParams(key="p", name="kid", queue="parents", fingerprint="f",
-                                        payload='{"args":[0],"kwargs":{}}', arg_names='["i"]', max_attempts=3)])
-    pc = store.job_claim(ClaimParams(("parents",), 1, "w", 30.0))[0]
+    pc = claimed_parent(app)
     store.job_spawn_many(pc.job.id, pc.token, [_kid(i) for i in range(3)])
     keys = [f"p/k{i}" for i in range(3)]
     assert store.job_children_wait(pc.job.id, pc.token, keys, 2) == 0
@@ -153,11 +151,8 @@ def test_the_store_counts_the_ended_children_under_the_lease(app: App) -> None:
 
 
 def test_enough_children_ending_before_the_parent_parks_do_not_strand_it(app: App) -> None:
-    app.job(name="kid", queue="kids")(lambda ctx, i: i)
     store = app.store
-    store.job_insert_many([InsertParams(key="p", name="kid", queue="parents", fingerprint="f",
-                                        payload='{"args":[0],"kwargs":{}}', arg_names='["i"]', max_attempts=3)])
-    pc = store.job_claim(ClaimParams(("parents",), 1, "w", 30.0))[0]
+    pc = claimed_parent(app)
     store.job_spawn_many(pc.job.id, pc.token, [_kid(i) for i in range(3)])
     assert store.job_children_wait(pc.job.id, pc.token, [f"p/k{i}" for i in range(3)], 1) == 0
     _finish_one_kid(app, "0", pc.job.id)  # ends between the parent's look and its park

@@ -228,8 +228,8 @@ def test_a_send_wakes_only_a_job_that_waits_for_that_name(app: App, clock) -> No
     assert app.work(burst=True).claimed == 0
 
 
-def test_a_step_of_the_same_name_recorded_by_ctx_step_is_not_taken_for_a_wait(store_url: str, clock) -> None:
-    v1 = App(store_url, clock=clock)
+def test_a_step_of_the_same_name_recorded_by_ctx_step_is_not_taken_for_a_wait(versions) -> None:
+    v1 = versions()
 
     @v1.job(name="flow", max_attempts=1)
     def flow_v1(ctx) -> None:
@@ -239,8 +239,7 @@ def test_a_step_of_the_same_name_recorded_by_ctx_step_is_not_taken_for_a_wait(st
     flow_v1.enqueue(key="flow")
     v1.work(burst=True)
     v1.rerun("flow")
-    v1.close()
-    v2 = App(store_url, clock=clock)
+    v2 = versions()
 
     @v2.job(name="flow", max_attempts=1)
     def flow_v2(ctx) -> object:
@@ -250,4 +249,3 @@ def test_a_step_of_the_same_name_recorded_by_ctx_step_is_not_taken_for_a_wait(st
     job = v2.get("flow")
     assert job.state == State.DEAD and job.error_type == "NonDeterminism"
     assert "was recorded by ctx.step, not by a wait for a signal" in job.error_message
-    v2.close()

@@ -4,7 +4,7 @@ Runs on every store."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -14,24 +14,12 @@ from firesafe.store.base import ClaimParams
 FAST = Backoff(base=1.0, jitter="none")
 
 
-@pytest.fixture
-def versions(store_url: str, clock) -> Iterator[Callable[[], App]]:
-    """Apps on one store, one per version of the code, as a deploy makes them."""
-    made: list[App] = []
+def first_version(app: App, ran: list[str], fail_after: int, steps: tuple[str, ...] = ("a", "b", "c", "d"),
+                  **options: object) -> None:
+    """Version 1 of job ``flow``: the steps in order; its first attempt fails after ``fail_after``.
+    ``options`` go to ``app.job``."""
 
-    def make() -> App:
-        made.append(App(store_url, clock=clock))
-        return made[-1]
-
-    yield make
-    for a in made:
-        a.close()
-
-
-def first_version(app: App, ran: list[str], fail_after: int, steps: tuple[str, ...] = ("a", "b", "c", "d")) -> None:
-    """Version 1 of job ``flow``: the steps in order; its first attempt fails after ``fail_after``."""
-
-    @app.job(name="flow", max_attempts=3, backoff=FAST)
+    @app.job(name="flow", max_attempts=3, backoff=FAST, **options)
     def flow(ctx) -> list:
         out = []
         for n, name in enumerate(steps):
@@ -39,6 +27,16 @@ def first_version(app: App, ran: list[str], fail_after: int, steps: tuple[str, .
                 raise ConnectionError("the deploy came")
             out.append(ctx.step(name, lambda name=name: ran.append(name) or name))
         return out
+
+
+def recorded_under_version_1(versions: Callable[[], App], ran: list[str], fail_after: int) -> App:
+    """Run ``flow`` (key "f") under version 1 until its first attempt fails after ``fail_after``
+    steps; the app of version 2, for the deploy."""
+    v1 = versions()
+    first_version(v1, ran, fail_after=fail_after)
+    v1.jobs["flow"].enqueue(key="f")
+    v1.work(burst=True)
+    return versions()
 
 
 def test_a_new_run_takes_the_new_path_and_keeps_it_on_retry(app: App, clock) -> None:
@@ -71,11 +69,7 @@ def test_a_new_run_takes_the_new_path_and_keeps_it_on_retry(app: App, clock) -> 
 
 def test_a_run_recorded_past_the_change_keeps_the_old_path(versions, clock) -> None:
     ran: list[str] = []
-    v1 = versions()
-    first_version(v1, ran, fail_after=3)  # a, b, c recorded
-    v1.jobs["flow"].enqueue(key="f")
-    v1.work(burst=True)
-    v2 = versions()
+    v2 = recorded_under_version_1(versions, ran, fail_after=3)  # a, b, c recorded
 
     @v2.job(name="flow", max_attempts=3, backoff=FAST)
     def flow(ctx) -> list:
@@ -101,11 +95,7 @@ def test_a_run_recorded_past_the_change_keeps_the_old_path(versions, clock) -> N
 
 def test_a_run_that_had_not_reached_the_change_takes_the_new_path(versions, clock) -> None:
     ran: list[str] = []
-    v1 = versions()
-    first_version(v1, ran, fail_after=2)  # a, b recorded
-    v1.jobs["flow"].enqueue(key="f")
-    v1.work(burst=True)
-    v2 = versions()
+    v2 = recorded_under_version_1(versions, ran, fail_after=2)  # a, b recorded
 
     @v2.job(name="flow", max_attempts=3, backoff=FAST)
     async def flow(ctx) -> list:  # async code asks without await
@@ -155,11 +145,7 @@ def test_removing_a_marker_later_keeps_the_runs_recorded_with_it(versions, clock
 
 def test_default_policy_a_changed_step_sends_the_run_to_the_dead_letters(versions, clock) -> None:
     ran: list[str] = []
-    v1 = versions()
-    first_version(v1, ran, fail_after=3)
-    v1.jobs["flow"].enqueue(key="f")
-    v1.work(burst=True)
-    v2 = versions()
+    v2 = recorded_under_version_1(versions, ran, fail_after=3)
     first_version(v2, ran, fail_after=-1, steps=("a", "audit", "b", "c", "d"))
     clock.advance(10)
     v2.work(burst=True)
@@ -173,15 +159,8 @@ def test_default_policy_a_changed_step_sends_the_run_to_the_dead_letters(version
 
 def test_rerun_policy_forgets_from_the_first_difference_and_runs_the_new_code(versions, clock) -> None:
     ran: list[str] = []
-    v1 = versions()
-    first_version(v1, ran, fail_after=3)  # a, b, c recorded
-    v1.jobs["flow"].enqueue(key="f")
-    v1.work(burst=True)
-    v2 = versions()
-
-    @v2.job(name="flow", max_attempts=3, backoff=FAST, on_divergence="rerun")
-    def flow(ctx) -> list:
-        return [ctx.step(n, lambda n=n: ran.append(n) or n) for n in ("a", "audit", "b", "c", "d")]
+    v2 = recorded_under_version_1(versions, ran, fail_after=3)  # a, b, c recorded
+    first_version(v2, ran, fail_after=-1, steps=("a", "audit", "b", "c", "d"), on_divergence="rerun")
 
     clock.advance(10)
     v2.work(burst=True)
@@ -199,15 +178,8 @@ def test_rerun_policy_forgets_from_the_first_difference_and_runs_the_new_code(ve
 
 def test_rerun_policy_when_a_recorded_step_moved_earlier(versions, clock) -> None:
     ran: list[str] = []
-    v1 = versions()
-    first_version(v1, ran, fail_after=3)  # a, b, c recorded
-    v1.jobs["flow"].enqueue(key="f")
-    v1.work(burst=True)
-    v2 = versions()
-
-    @v2.job(name="flow", max_attempts=3, backoff=FAST, on_divergence="rerun")
-    def flow(ctx) -> list:
-        return [ctx.step(n, lambda n=n: ran.append(n) or n) for n in ("a", "c", "b")]
+    v2 = recorded_under_version_1(versions, ran, fail_after=3)  # a, b, c recorded
+    first_version(v2, ran, fail_after=-1, steps=("a", "c", "b"), on_divergence="rerun")
 
     clock.advance(10)
     v2.work(burst=True)
