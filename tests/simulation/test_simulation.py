@@ -154,8 +154,7 @@ def test_a_retry_past_the_budget_is_caught(tmp_path: Path, monkeypatch: pytest.M
 
 def test_a_signal_sent_while_its_job_parks_is_never_lost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given scenarios whose waiting jobs often meet their signal just as they park (still running)
-    seeds = [s for s in range(120) if any(j.kind == "approve" for j in Scenario.from_seed(s).jobs)][:40]
-    faults = {"parking": 0.6, "before_complete": 0.1}
+    seeds, faults = _seeds_with("approve", 40), {"parking": 0.6, "before_complete": 0.1}
     results = [run_seed(seed, tmp_path, faults=faults) for seed in seeds]
     # Then every one keeps every invariant: the signal reaches the job, none waits for its deadline
     assert all(r.ok for r in results), next(r.explain() for r in results if not r.ok)
@@ -243,14 +242,15 @@ def test_a_real_worker_runs_the_same_turn(tmp_path: Path, monkeypatch: pytest.Mo
     assert sum(len(t.claimed) for t in turns) == stats.claimed == 50
 
 
-def _fan_seeds(count: int) -> list[int]:
-    return [s for s in range(400) if any(j.kind == "fan" for j in Scenario.from_seed(s).jobs)][:count]
+def _seeds_with(kind: str, count: int) -> list[int]:
+    """The first ``count`` seeds whose scenario has a job of ``kind``."""
+    return [s for s in range(400) if any(j.kind == kind for j in Scenario.from_seed(s).jobs)][:count]
 
 
 def test_a_fan_out_keeps_its_invariants_through_spawn_and_wait_faults(tmp_path: Path) -> None:
     # Given scenarios with fan jobs whose spawns, parks and wake-ups are often hit
     faults = {"spawned": 0.3, "fan_parking": 0.6, "woken": 0.6, "store": 0.05, "before_complete": 0.1}
-    results = [run_seed(seed, tmp_path, faults=faults) for seed in _fan_seeds(40)]
+    results = [run_seed(seed, tmp_path, faults=faults) for seed in _seeds_with("fan", 40)]
     # Then each child is spawned once and applied once, and every parent ends with its children's results
     assert all(r.ok for r in results), next(r.explain() for r in results if not r.ok)
     fired = Counter[str]()
@@ -277,6 +277,6 @@ def test_a_parent_left_parked_after_its_children_is_caught(tmp_path: Path, monke
     monkeypatch.setitem(core.Q, query, mutant)
     # When fan jobs run, their children often ending while they park
     faults = {"fan_parking": 0.6}
-    broken = [run_seed(seed, tmp_path, faults=faults) for seed in _fan_seeds(20)]
+    broken = [run_seed(seed, tmp_path, faults=faults) for seed in _seeds_with("fan", 20)]
     # Then the simulation reports a stranded parent
     assert any(any("stranded" in v for v in r.violations) for r in broken)
