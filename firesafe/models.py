@@ -336,25 +336,26 @@ class Job:
         error_type, error_message, reason, finished_at, parent_id): what a parent's wait reads of its
         children, without their arguments. The rest keeps its defaults."""
         finished = row["finished_at"]
-        job = cls(id=row["id"], key=row["key"], name=row["name"], queue="", state=_STATES[row["state"]], args=[],
-                  kwargs={}, arg_names=[], attempt=0, max_attempts=0, runs=0, deferrals=0, lost=0, run_at=None,
-                  created_at=_EPOCH, updated_at=_EPOCH,
-                  finished_at=None if finished is None else datetime.fromtimestamp(finished, UTC),
-                  error_type=row["error_type"], error_message=row["error_message"], reason=row["reason"],
-                  parent_id=row["parent_id"])
-        job.result, job.unreadable = _result(row["result"])
-        return job
+        return cls._partial(row, _EPOCH, None if finished is None else datetime.fromtimestamp(finished, UTC),
+                            error_type=row["error_type"], error_message=row["error_message"], reason=row["reason"],
+                            parent_id=row["parent_id"])
 
     @classmethod
     def from_reserved_row(cls, row: Any) -> Job:
         """Build from a reserved key's record (the firesafe_keys table): a finished job whose
         history was pruned (:attr:`pruned`)."""
         finished = datetime.fromtimestamp(row["finished_at"], UTC)
-        job = cls(id=row["id"], key=row["key"], name=row["name"], queue="", state=State(row["state"]), args=[],
+        return cls._partial(row, finished, finished, fingerprint=row["fingerprint"], pruned=True,
+                            result_digest=row["result_digest"])
+
+    @classmethod
+    def _partial(cls, row: Any, created: datetime, finished: datetime | None, **known: Any) -> Job:
+        """A job from part of its row: its id, key, name, state and result (an unreadable result is
+        named, the rest still reads), ``known`` fields besides; no arguments, no counts."""
+        job = cls(id=row["id"], key=row["key"], name=row["name"], queue="", state=_STATES[row["state"]], args=[],
                   kwargs={}, arg_names=[], attempt=0, max_attempts=0, runs=0, deferrals=0, lost=0, run_at=None,
-                  created_at=finished, updated_at=finished, finished_at=finished, fingerprint=row["fingerprint"],
-                  pruned=True, result_digest=row["result_digest"])
-        job.result, job.unreadable = _result(row["result"])  # the rest of the record still reads
+                  created_at=created, updated_at=created, finished_at=finished, **known)
+        job.result, job.unreadable = _result(row["result"])
         return job
 
     @classmethod
@@ -398,7 +399,7 @@ CLAIMED_COLUMNS = ("id", "key", "name", "queue", "state", "payload", "arg_names"
                    "priority", "parent_id")
 
 _STATES: dict[str, State] = {s.value: s for s in State}
-#: The times a job built from part of its row (:meth:`Job.from_outcome_row`) leaves unread.
+#: The creation time of a job built from an outcome's columns (:meth:`Job.from_outcome_row`), unread.
 _EPOCH = datetime.fromtimestamp(0, UTC)
 
 

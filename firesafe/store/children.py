@@ -12,7 +12,7 @@ its parent's (a spawn inserts its children, then holds the parent), so none can 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from firesafe.errors import InvalidInput
@@ -82,11 +82,9 @@ class ChildrenCommon(StorePart):
             row = c.execute(self.q["job_children_wait"], params).fetchone()
             if row is None:
                 return None
-            ended = 0
-            for start in range(0, len(keys), 5000):
-                part = self._list(list(keys[start:start + 5000]))
-                ended += int(c.execute(self.q["job_children_ended"],
-                                       {"parent_id": parent_id, "keys": part}).fetchone()["n"])
+            ended = sum(int(c.execute(self.q["job_children_ended"],
+                                      {"parent_id": parent_id, "keys": part}).fetchone()["n"])
+                        for part in self._key_lists(keys))
             need = max(0, at_least - ended)
             wake_at = max(0, int(row["children_pending"]) - need) if need else 0
             c.execute(self.q["job_children_wake_set"], {"parent_id": parent_id, "wake_at": wake_at})
@@ -146,15 +144,19 @@ class ChildrenCommon(StorePart):
         rows = self._read("job_by_id", {"id": job_id})
         return Job.from_row(rows[0]) if rows else None
 
-    #: Keys per read of job_outcomes.
-    OUTCOMES_CHUNK = 5000
-
     def job_outcomes(self, keys: Sequence[str]) -> dict[str, Job]:
         found: dict[str, Job] = {}
-        for start in range(0, len(keys), self.OUTCOMES_CHUNK):
-            part = self._list(keys[start:start + self.OUTCOMES_CHUNK])
+        for part in self._key_lists(keys):
             found.update((r["key"], Job.from_outcome_row(r)) for r in self._read("job_outcomes", {"keys": part}))
         return found
+
+    #: Keys per statement of a read by keys (a parent's wait may name tens of thousands).
+    KEYS_PER_READ = 5000
+
+    def _key_lists(self, keys: Sequence[str]) -> Iterator[Any]:
+        """``keys`` as the dialect's lists (``_list``) of at most :attr:`KEYS_PER_READ` each."""
+        for start in range(0, len(keys), self.KEYS_PER_READ):
+            yield self._list(keys[start:start + self.KEYS_PER_READ])
 
     def _children_ids(self, ids: Sequence[int], states: Sequence[State]) -> list[int]:
         if not ids:

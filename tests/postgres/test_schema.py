@@ -345,7 +345,7 @@ def generic_plans(pg: Pg, store: PostgresStore, names: list[str]) -> dict[str, s
 #: header of postgres.sql), so none can read the partial leases index.
 BY_ID = ["job_finish", "job_finish_plain", "job_heartbeat", "job_rescue", "job_cancel_running", "attempts_of_job",
          "step_record", "limiter_slots_prune", "limiter_job_live", "limiter_job_wait", "limiter_list",
-         "job_spawn_parent", "job_children_wait"]
+         "job_spawn_parent", "job_children_wait", "step_divergence_event"]
 
 
 def test_statements_that_reach_running_jobs_by_id_never_read_the_leases_index(pg: Pg) -> None:

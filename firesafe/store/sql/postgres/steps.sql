@@ -23,7 +23,7 @@ INSERT INTO {schema}.firesafe_events (job_id, at, kind, actor, detail)
 SELECT id, coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8), 'divergence', 'worker',
        %(detail)s
 FROM (SELECT id FROM {schema}.firesafe_jobs
-      WHERE id = %(job_id)s AND state = 'running' AND lease_token = %(token)s FOR SHARE) j;
+      WHERE id = %(job_id)s AND lease_token = %(token)s FOR SHARE) j;  -- running by the token (postgres.sql)
 
 -- name: step_delete_from
 -- Forget the steps at or after a position (rerun --from-step, a divergence rerun), or all of them.
