@@ -138,7 +138,7 @@ def wait_some(steps: Steps, name: str, keys: Sequence[str], at_least: int, timeo
     got_name, got_position, got = steps._begin(name + ENDED_SUFFIX)
     if got is not None:
         ended = [str(k) for k in json.loads(got.result or "[]")]
-        _wake_at_all(steps)  # a crash may have come between the answer's record and this
+        _wake_at_all(steps)  # a wait of an earlier run may have left its own mark (a rerun keeps it)
         steps.log.append({"name": got_name, "status": "restored"})
         jobs = _children(store, ended)
     else:
@@ -155,8 +155,7 @@ def wait_some(steps: Steps, name: str, keys: Sequence[str], at_least: int, timeo
             raise WaitingForChildren(_park_for(deadline, now),
                                      reason=f"waiting for {at_least} of {len(keys)} children of {name!r}")
         jobs = _children(store, keys)
-        ended = [k for k in keys if jobs[k].state in FINISHED]
-        _wake_at_all(steps)
+        ended = [k for k in keys if jobs[k].state in FINISHED]  # enough: the count above set the mark to 0
         steps._record(got_name, got_position, ended)
         steps.log[-1].update(status="done", children=len(ended))
     return _outcomes(jobs, ended, on_dead, "children ended")

@@ -148,7 +148,7 @@ class Steps:
         position = len(self._seen)
         self._seen.append(name)
         # A step that failed left no record, so recorded positions may have gaps: compare by position.
-        rec = self._recorded.get(position) if self._recorded is not None else None
+        rec = self._recorded.get(position) if self._recorded else None
         if rec is not None and rec.name == name:
             return name, position, rec
         if rec is None and name not in self._where:  # a step the recorded run does not have: no question
@@ -169,10 +169,14 @@ class Steps:
     def _load(self) -> dict[int, str]:
         """The recorded run (read once per attempt): the name recorded at each position."""
         if self._recorded is None:
-            self._recorded = {r.position: r for r in self._store.step_list(self._job_id)}
-            self._names = {p: r.name for p, r in self._recorded.items()}
-            self._where = {r.name: p for p, r in self._recorded.items()}
+            self._set_recorded({r.position: r for r in self._store.step_list(self._job_id)})
         return self._names
+
+    def _set_recorded(self, records: dict[int, StepRecord]) -> None:
+        """The recorded run, and its names by position and positions by name."""
+        self._recorded = records
+        self._names = {p: r.name for p, r in records.items()}
+        self._where = {r.name: p for p, r in records.items()}
 
     def _rerun_from(self, differs: Divergence) -> None:
         """Forget the recorded steps from the first difference on (fenced, with an event in the job's
@@ -183,10 +187,7 @@ class Steps:
         if self._store.step_forget_from(self._job_id, self._token, differs.forget_from, detail) is None:
             raise LeaseLost(f"step {differs.step!r} differs from the recorded run, and this attempt lost its "
                             "lease before the recorded steps could be forgotten")
-        assert self._recorded is not None
-        self._recorded = {p: r for p, r in self._recorded.items() if p < differs.forget_from}
-        self._names = {p: r.name for p, r in self._recorded.items()}
-        self._where = {r.name: p for p, r in self._recorded.items()}
+        self._set_recorded({p: r for p, r in (self._recorded or {}).items() if p < differs.forget_from})
 
     def patched(self, change_id: object) -> bool:
         """Whether this run takes the new path of the change ``change_id`` (see ``Context.patched``)."""
@@ -292,7 +293,7 @@ class Steps:
         outcome = wait_outcome(until, signal.sent_at if signal is not None else None, now)
         if outcome == "signal" and signal is not None:
             self.log.append({"name": label, "status": "signal", "by": signal.actor})
-            return json.loads(signal.data)
+            return signal.value()
         when = to_datetime(until).isoformat()
         if outcome == "timeout":
             self.log.append({"name": label, "status": "timed_out"})
