@@ -94,7 +94,7 @@ def show(key: str, full_tracebacks: bool, as_json: bool, store_url: str | None) 
 
     app = open_app(store_url)
     job = app.get(key)
-    signals = [] if job.pruned else app.signals(key)
+    signals = [] if job.pruned else app.store.signal_list(job.id)
     kin = family(app.store, job)
     if as_json:
         shown = {**masked_job_dict(job), "signals": [signal_dict(s) for s in signals]}

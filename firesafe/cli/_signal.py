@@ -8,8 +8,7 @@ import click
 
 from firesafe.alerts.render import iso
 from firesafe.cli._common import JSONValue, actor_options, dumps, echo_json, json_option, open_app, plain, store_option
-from firesafe.clock import to_datetime
-from firesafe.deadletters.audit import actor_of, reason_of
+from firesafe.cli._render import signal_dict
 from firesafe.masking import mask
 
 
@@ -36,12 +35,10 @@ def signal(key: str, name: str, data: Any, actor: str | None, reason: str | None
       firesafe signal agent:42 approval --data '{"approved": false}' --actor ann --json
     """
     app = open_app(store_url)
-    sent = app.signal(key, name, data, actor=actor_of(actor), reason=reason_of(reason))
+    sent = app.signal(key, name, data, actor=actor, reason=reason)  # it says who, else the default actor
     kept = sent.signal
     if as_json:
-        echo_json({"key": sent.key, "name": sent.name, "sent": sent.sent, "woke": sent.woke,
-                   "data": mask(kept.value()), "actor": kept.actor, "reason": kept.reason,
-                   "sent_at": to_datetime(kept.sent_at).isoformat()})
+        echo_json({"key": sent.key, "name": sent.name, "sent": sent.sent, "woke": sent.woke, **signal_dict(kept)})
         return
     if not sent.sent:
         click.echo(plain(f"{key}: signal {name!r} was sent already by {kept.actor} at {iso(kept.sent_at)}, "

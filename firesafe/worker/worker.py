@@ -257,10 +257,11 @@ class Worker:
             not self.burst and self._leads and self.store.supports_listen) else None
         hooks = self.app.hooks  # firesafe/hooks.py: each call logs and swallows a hook's exception
         hooks.call(hooks.worker_started, self)
-        # Background duties (alert dispatch, ...) run in threads of their own: a slow one never
-        # slows this loop.
-        duties = self.app.start_duties(self) if self._leads else []
-        if self._leads:  # pruning: paced, in a thread of its own, one process of the fleet at a time
+        # Background duties (alert dispatch, pruning, ...) run in threads of their own: a slow one
+        # never slows this loop. Pruning is paced, one process of the fleet at a time.
+        duties: list[Callable[[], None]] = []
+        if self._leads:
+            duties = self.app.start_duties(self)
             pruner = PrunerDuty(self.app, self.id)
             pruner.start()
             duties.append(pruner.stop)
