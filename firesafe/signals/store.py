@@ -58,14 +58,15 @@ class SignalsPart(StorePart):
                 raise InvalidInput(f"job {key!r} is {job['state']}: a signal goes to a job that has not finished "
                                    "(rerun it first if it should wait again)")
             params = {"job_id": job["id"], "name": name}
-            sent = c.execute(self.q["signal_insert"], {**params, "data": data, "actor": actor, "reason": reason,
-                                                       "now": now}).rowcount == 1
-            kept = _record(c.execute(self.q["signal_get"], params).fetchone())
-            if not sent:
+            row = c.execute(self.q["signal_insert"], {**params, "data": data, "actor": actor, "reason": reason,
+                                                      "now": now}).fetchone()
+            if row is None:  # sent already: the signal kept is the first one
+                kept = _record(c.execute(self.q["signal_get"], params).fetchone())
                 if kept.data != data:
                     raise SignalConflict(f"signal {name!r} was sent to job {key!r} already, by {kept.actor}, with "
                                          "other data; a signal is delivered once, as first sent")
                 return SignalSent(key, name, False, False, kept)
+            kept = _record(row)
             woke = bool(job["waiting"])
             c.execute(self.q["signal_wake"], self._wake_params(job["id"], woke, now))
             c.execute(self.q["event_insert"], {

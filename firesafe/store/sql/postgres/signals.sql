@@ -18,11 +18,13 @@ FROM {schema}.firesafe_jobs j CROSS JOIN clock c WHERE j.key = %(key)s
 FOR UPDATE OF j;
 
 -- name: signal_insert
--- Keep a signal once per (job, name): a second send of the same name inserts nothing.
+-- Keep a signal once per (job, name): a second send of the same name inserts nothing. Returns the
+-- signal kept, if this send kept it.
 INSERT INTO {schema}.firesafe_signals (job_id, name, data, actor, reason, sent_at)
 VALUES (%(job_id)s, %(name)s, %(data)s, %(actor)s, %(reason)s,
         coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8))
-ON CONFLICT (job_id, name) DO NOTHING;
+ON CONFLICT (job_id, name) DO NOTHING
+RETURNING name, data, actor, reason, sent_at;
 
 -- name: signal_get
 -- The signal a job was sent under a name, if any.

@@ -12,10 +12,12 @@ SELECT id, key, state,
 FROM firesafe_jobs WHERE key = :key;
 
 -- name: signal_insert
--- Keep a signal once per (job, name): a second send of the same name inserts nothing.
+-- Keep a signal once per (job, name): a second send of the same name inserts nothing. Returns the
+-- signal kept, if this send kept it.
 INSERT INTO firesafe_signals (job_id, name, data, actor, reason, sent_at)
 VALUES (:job_id, :name, :data, :actor, :reason, :now)
-ON CONFLICT (job_id, name) DO NOTHING;
+ON CONFLICT (job_id, name) DO NOTHING
+RETURNING name, data, actor, reason, sent_at;
 
 -- name: signal_get
 -- The signal a job was sent under a name, if any.
